@@ -1,0 +1,62 @@
+//! The routing table as `roomgate check` prints it.
+
+use std::fmt::Write;
+
+use super::{Config, OnMissing, RouteMode};
+use crate::config::duration::HumanDuration;
+
+impl Config {
+    /// A human-readable summary: listeners, placement, backends and routes in match order.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        let listen: Vec<String> = self.server.listen.iter().map(|a| a.to_string()).collect();
+        let _ = writeln!(out, "config: {} (valid)", self.origin);
+        let _ = writeln!(out, "listen: {}", listen.join(", "));
+        let _ = writeln!(
+            out,
+            "placement: {}{}",
+            self.placement.algorithm,
+            match self.placement.algorithm {
+                crate::placement::Algorithm::Ring => format!(" ({} vnodes per backend)", self.placement.vnodes),
+                crate::placement::Algorithm::Rendezvous => String::new(),
+            }
+        );
+        let _ = writeln!(out, "\nbackends ({}):", self.backends.len());
+        for b in &self.backends {
+            let resolved = if b.addr_text == b.addr.to_string() { String::new() } else { format!(" -> {}", b.addr) };
+            let _ = writeln!(out, "  {:<20} {}{}", b.id, b.addr_text, resolved);
+        }
+        let _ = writeln!(out, "\nroutes (first matching prefix wins):");
+        for (i, r) in self.routes.iter().enumerate() {
+            match r.mode {
+                RouteMode::Shared => {
+                    let _ = writeln!(out, "  [{i}] {:<16} shared: round-robin over all backends", r.prefix);
+                }
+                RouteMode::Room => {
+                    let missing = match r.on_missing {
+                        OnMissing::Reject => "400 when no key",
+                        OnMissing::Shared => "shared pool when no key",
+                    };
+                    let _ = writeln!(out, "  [{i}] {:<16} room: {missing}", r.prefix);
+                    for (n, k) in r.keys.iter().enumerate() {
+                        let _ = writeln!(out, "        key {}: {k}", n + 1);
+                    }
+                    if let Some(c) = &r.affinity_cookie {
+                        let _ = writeln!(out, "        sets affinity cookie {c}");
+                    }
+                }
+            }
+        }
+        let t = &self.timeouts;
+        let _ = writeln!(
+            out,
+            "\ntimeouts: connect {}, request head {}, upstream response {}, websocket idle {}",
+            HumanDuration(t.connect),
+            HumanDuration(t.request_head),
+            HumanDuration(t.upstream_response),
+            t.websocket_idle.map_or("off".to_owned(), |d| HumanDuration(d).to_string()),
+        );
+        let _ = writeln!(out, "limits: request head {} bytes, {} headers", self.limits.max_request_head, self.limits.max_headers);
+        out
+    }
+}

@@ -1,0 +1,242 @@
+//! The config file as written (serde model). Unknown keys are errors; values that can be checked
+//! alone (durations, addresses, key sources) are checked while parsing, so their errors carry the
+//! line they are on. [`super::Config::from_toml`] checks what needs several values at once.
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Deserializer, de};
+use toml::Spanned;
+
+use super::duration::{HumanDuration, OptionalDuration};
+use crate::placement::Algorithm;
+use crate::room_key::KeySource;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    #[serde(default)]
+    pub server: ServerSection,
+    #[serde(default)]
+    pub limits: LimitsSection,
+    #[serde(default)]
+    pub timeouts: TimeoutsSection,
+    #[serde(default)]
+    pub upstream: UpstreamSection,
+    #[serde(default)]
+    pub placement: PlacementSection,
+    #[serde(default)]
+    pub log: LogSection,
+    #[serde(default)]
+    pub shutdown: ShutdownSection,
+    #[serde(default)]
+    pub backends: Vec<Spanned<BackendEntry>>,
+    #[serde(default)]
+    pub routes: Vec<Spanned<RouteEntry>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSection {
+    pub listen: OneOrMany<SocketAddr>,
+    pub trusted_proxies: Vec<TrustedNet>,
+    pub workers: Spanned<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSection {
+    pub max_request_head: Spanned<usize>,
+    pub max_headers: Spanned<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimeoutsSection {
+    pub connect: Spanned<HumanDuration>,
+    pub request_head: Spanned<HumanDuration>,
+    pub upstream_response: Spanned<HumanDuration>,
+    pub websocket_idle: OptionalDuration,
+    pub websocket_close: Spanned<HumanDuration>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamSection {
+    pub max_idle_per_backend: usize,
+    pub idle_timeout: HumanDuration,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlacementSection {
+    pub algorithm: Algorithm,
+    pub vnodes: Spanned<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    pub format: LogFormat,
+    pub level: Spanned<String>,
+    pub access: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShutdownSection {
+    pub grace: HumanDuration,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendEntry {
+    pub id: Spanned<String>,
+    pub addr: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteEntry {
+    pub prefix: Spanned<String>,
+    pub mode: RouteMode,
+    #[serde(default)]
+    pub keys: Vec<Spanned<ParsedSource>>,
+    pub on_missing: Option<Spanned<OnMissing>>,
+    pub affinity_cookie: Option<Spanned<String>>,
+}
+
+/// What a route does with a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RouteMode {
+    /// Hash the room key to its owner.
+    Room,
+    /// Cross-room calls: round-robin over the shared pool.
+    Shared,
+}
+
+/// What a room route does when no key source has a key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnMissing {
+    /// 400 Bad Request.
+    #[default]
+    Reject,
+    /// Send it to the shared pool.
+    Shared,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// A key source, parsed (and its regex compiled) while the file is read.
+pub struct ParsedSource(pub KeySource);
+
+/// A trusted proxy: a CIDR block or a single address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrustedNet(pub IpNet);
+
+/// `listen = "addr"` or `listen = ["addr", ...]`.
+pub struct OneOrMany<T>(pub Vec<T>);
+
+// === defaults ===
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            listen: OneOrMany(vec![SocketAddr::from(([127, 0, 0, 1], 8080))]),
+            trusted_proxies: Vec::new(),
+            workers: Spanned::new(0..0, 0),
+        }
+    }
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection { max_request_head: Spanned::new(0..0, 64 * 1024), max_headers: Spanned::new(0..0, 100) }
+    }
+}
+
+fn secs(n: u64) -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(n))
+}
+
+impl Default for TimeoutsSection {
+    fn default() -> Self {
+        TimeoutsSection {
+            connect: Spanned::new(0..0, secs(3)),
+            request_head: Spanned::new(0..0, secs(10)),
+            upstream_response: Spanned::new(0..0, secs(60)),
+            websocket_idle: OptionalDuration(None),
+            websocket_close: Spanned::new(0..0, secs(5)),
+        }
+    }
+}
+
+impl Default for UpstreamSection {
+    fn default() -> Self {
+        UpstreamSection { max_idle_per_backend: 128, idle_timeout: secs(60) }
+    }
+}
+
+impl Default for PlacementSection {
+    fn default() -> Self {
+        PlacementSection { algorithm: Algorithm::Rendezvous, vnodes: Spanned::new(0..0, 160) }
+    }
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        LogSection { format: LogFormat::Text, level: Spanned::new(0..0, "info".to_owned()), access: true }
+    }
+}
+
+impl Default for ShutdownSection {
+    fn default() -> Self {
+        ShutdownSection { grace: secs(30) }
+    }
+}
+
+// === deserializers ===
+
+impl<'de> Deserialize<'de> for ParsedSource {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        KeySource::from_str(&text).map(ParsedSource).map_err(de::Error::custom)
+    }
+}
+
+impl FromStr for TrustedNet {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Ok(net) = s.parse::<IpNet>() {
+            return Ok(TrustedNet(net.trunc()));
+        }
+        s.parse::<std::net::IpAddr>()
+            .map(|ip| TrustedNet(IpNet::from(ip)))
+            .map_err(|_| format!("invalid trusted proxy {s:?}: expected a CIDR such as \"10.0.0.0/8\" or an address"))
+    }
+}
+
+impl<'de> Deserialize<'de> for TrustedNet {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(de::Error::custom)
+    }
+}
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for OneOrMany<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match toml::Value::deserialize(d)? {
+            value @ toml::Value::Array(_) => Vec::<T>::deserialize(value).map(OneOrMany),
+            value => T::deserialize(value).map(|t| OneOrMany(vec![t])),
+        }
+        .map_err(de::Error::custom)
+    }
+}

@@ -1,0 +1,343 @@
+//! Configuration: the TOML file turned into a validated [`Config`]. Every error names the line and
+//! the key that is wrong; nothing is bound or started from a config that did not validate.
+
+mod describe;
+mod duration;
+mod file;
+
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use toml::Spanned;
+
+pub use duration::{HumanDuration, OptionalDuration, parse_duration};
+pub use file::{LogFormat, OnMissing, RouteMode};
+
+use crate::placement::Algorithm;
+use crate::room_key::KeySource;
+
+/// The default configuration, compiled into the binary (`config/roomgate.toml`).
+pub const EMBEDDED_DEFAULT: &str = include_str!("../../config/roomgate.toml");
+
+/// A validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where it came from: a file path or `<embedded>`.
+    pub origin: String,
+    pub server: Server,
+    pub limits: Limits,
+    pub timeouts: Timeouts,
+    pub upstream: Upstream,
+    pub placement: PlacementConfig,
+    pub backends: Vec<BackendSpec>,
+    pub routes: Vec<Route>,
+    pub log: Log,
+    pub shutdown: Shutdown,
+}
+
+#[derive(Clone, Debug)]
+pub struct Server {
+    pub listen: Vec<SocketAddr>,
+    pub trusted_proxies: Vec<IpNet>,
+    /// Runtime worker threads; 0 means one per core.
+    pub workers: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Largest request head (request line and headers) in bytes; larger gets 431.
+    pub max_request_head: usize,
+    pub max_headers: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub request_head: Duration,
+    pub upstream_response: Duration,
+    pub websocket_idle: Option<Duration>,
+    pub websocket_close: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct Upstream {
+    pub max_idle_per_backend: usize,
+    pub idle_timeout: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct PlacementConfig {
+    pub algorithm: Algorithm,
+    pub vnodes: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Log {
+    pub format: LogFormat,
+    pub level: String,
+    pub access: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Shutdown {
+    pub grace: Duration,
+}
+
+/// A backend as configured: a stable id (placement keys on it) and where to reach it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendSpec {
+    pub id: String,
+    /// As written: `host:port`.
+    pub addr_text: String,
+    /// Resolved when the config was loaded.
+    pub addr: SocketAddr,
+}
+
+/// A route: the first one whose prefix starts the request path handles the request.
+#[derive(Clone, Debug)]
+pub struct Route {
+    pub prefix: String,
+    pub mode: RouteMode,
+    pub keys: Vec<KeySource>,
+    pub on_missing: OnMissing,
+    pub affinity_cookie: Option<String>,
+}
+
+/// What is wrong with a config, and where.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub origin: String,
+    /// 1-based line of the offending value, when known.
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+// === impl Config ===
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            origin: origin.clone(),
+            line: None,
+            message: format!("cannot read the file: {e}"),
+        })?;
+        Config::from_toml(&text, &origin)
+    }
+
+    /// The embedded default configuration.
+    pub fn embedded() -> Result<Config, ConfigError> {
+        Config::from_toml(EMBEDDED_DEFAULT, "<embedded>")
+    }
+
+    /// Parses and validates config text. Backend host names are resolved here.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let at = |span: std::ops::Range<usize>, message: String| ConfigError {
+            origin: origin.to_owned(),
+            line: (span != (0..0)).then(|| line_of(text, span.start)),
+            message,
+        };
+        let file: file::File = toml::from_str(text).map_err(|e| at(e.span().unwrap_or(0..0), e.message().to_owned()))?;
+        Validator { at: &at }.config(file, origin)
+    }
+
+    /// The route for a request path: the first whose prefix matches.
+    pub fn route_for(&self, path: &str) -> Option<(usize, &Route)> {
+        self.routes.iter().enumerate().find(|(_, r)| path.starts_with(r.prefix.as_str()))
+    }
+}
+
+struct Validator<'a> {
+    at: &'a dyn Fn(std::ops::Range<usize>, String) -> ConfigError,
+}
+
+impl Validator<'_> {
+    fn err<T>(&self, spanned: &Spanned<T>, message: String) -> ConfigError {
+        (self.at)(spanned.span(), message)
+    }
+
+    fn config(&self, f: file::File, origin: &str) -> Result<Config, ConfigError> {
+        let limits = self.limits(&f.limits)?;
+        let timeouts = self.timeouts(&f.timeouts)?;
+        let vnodes = *f.placement.vnodes.get_ref();
+        if !(1..=10_000).contains(&vnodes) {
+            return Err(self.err(&f.placement.vnodes, format!("placement.vnodes = {vnodes}: expected 1 to 10000")));
+        }
+        let level = f.log.level.get_ref().clone();
+        let valid_level = if level.contains(['=', ',']) {
+            tracing_subscriber::EnvFilter::try_new(&level).is_ok()
+        } else {
+            level.parse::<tracing::level_filters::LevelFilter>().is_ok()
+        };
+        if !valid_level {
+            return Err(self.err(&f.log.level, format!("log.level = {level:?}: expected error, warn, info, debug or trace")));
+        }
+        if f.server.listen.0.is_empty() {
+            return Err((self.at)(0..0, "server.listen: at least one address is needed".into()));
+        }
+        if *f.server.workers.get_ref() > 1024 {
+            return Err(self.err(&f.server.workers, "server.workers: at most 1024".into()));
+        }
+        Ok(Config {
+            origin: origin.to_owned(),
+            server: Server {
+                listen: f.server.listen.0,
+                trusted_proxies: f.server.trusted_proxies.into_iter().map(|t| t.0).collect(),
+                workers: *f.server.workers.get_ref(),
+            },
+            limits,
+            timeouts,
+            upstream: Upstream {
+                max_idle_per_backend: f.upstream.max_idle_per_backend,
+                idle_timeout: f.upstream.idle_timeout.0,
+            },
+            placement: PlacementConfig { algorithm: f.placement.algorithm, vnodes },
+            backends: self.backends(f.backends)?,
+            routes: self.routes(f.routes)?,
+            log: Log { format: f.log.format, level, access: f.log.access },
+            shutdown: Shutdown { grace: f.shutdown.grace.0 },
+        })
+    }
+
+    fn limits(&self, l: &file::LimitsSection) -> Result<Limits, ConfigError> {
+        let head = *l.max_request_head.get_ref();
+        if !(1024..=1024 * 1024).contains(&head) {
+            return Err(self.err(&l.max_request_head, format!("limits.max_request_head = {head}: expected 1024 to 1048576 bytes")));
+        }
+        let headers = *l.max_headers.get_ref();
+        if !(1..=1000).contains(&headers) {
+            return Err(self.err(&l.max_headers, format!("limits.max_headers = {headers}: expected 1 to 1000")));
+        }
+        Ok(Limits { max_request_head: head, max_headers: headers })
+    }
+
+    fn timeouts(&self, t: &file::TimeoutsSection) -> Result<Timeouts, ConfigError> {
+        for (name, d) in [
+            ("connect", &t.connect),
+            ("request_head", &t.request_head),
+            ("upstream_response", &t.upstream_response),
+            ("websocket_close", &t.websocket_close),
+        ] {
+            if d.get_ref().0.is_zero() {
+                return Err(self.err(d, format!("timeouts.{name} must be more than 0")));
+            }
+        }
+        Ok(Timeouts {
+            connect: t.connect.get_ref().0,
+            request_head: t.request_head.get_ref().0,
+            upstream_response: t.upstream_response.get_ref().0,
+            websocket_idle: t.websocket_idle.0,
+            websocket_close: t.websocket_close.get_ref().0,
+        })
+    }
+
+    fn backends(&self, entries: Vec<Spanned<file::BackendEntry>>) -> Result<Vec<BackendSpec>, ConfigError> {
+        if entries.is_empty() {
+            return Err((self.at)(0..0, "no backends: add at least one [[backends]] with an id and an addr".into()));
+        }
+        let mut out: Vec<BackendSpec> = Vec::with_capacity(entries.len());
+        for (i, entry) in entries.iter().enumerate() {
+            let e = entry.get_ref();
+            let id = e.id.get_ref();
+            if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(self.err(&e.id, format!("backends[{i}].id = {id:?}: expected 1 to 64 visible ASCII characters")));
+            }
+            if out.iter().any(|b| &b.id == id) {
+                return Err(self.err(&e.id, format!("backends[{i}].id = {id:?} is used twice; ids must be unique")));
+            }
+            let addr = resolve(e.addr.get_ref()).map_err(|why| self.err(&e.addr, format!("backends[{i}].addr: {why}")))?;
+            out.push(BackendSpec { id: id.clone(), addr_text: e.addr.get_ref().clone(), addr });
+        }
+        Ok(out)
+    }
+
+    fn routes(&self, entries: Vec<Spanned<file::RouteEntry>>) -> Result<Vec<Route>, ConfigError> {
+        if entries.is_empty() {
+            return Err((self.at)(0..0, "no routes: add at least one [[routes]], for example prefix = \"/\" with mode = \"shared\"".into()));
+        }
+        let mut out: Vec<Route> = Vec::with_capacity(entries.len());
+        for (i, entry) in entries.into_iter().enumerate() {
+            let r = entry.into_inner();
+            let prefix = r.prefix.get_ref().clone();
+            if !prefix.starts_with('/') {
+                return Err(self.err(&r.prefix, format!("routes[{i}].prefix = {prefix:?} must start with '/'")));
+            }
+            if let Some((j, earlier)) = out.iter().enumerate().find(|(_, e)| prefix.starts_with(e.prefix.as_str())) {
+                return Err(self.err(
+                    &r.prefix,
+                    format!("routes[{i}].prefix = {prefix:?} can never match: routes[{j}] (prefix {:?}) comes first and matches every path it does; list longer prefixes first", earlier.prefix),
+                ));
+            }
+            self.route_mode_rules(i, &r)?;
+            if let Some(cookie) = &r.affinity_cookie {
+                let name = cookie.get_ref();
+                if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
+                    return Err(self.err(cookie, format!("routes[{i}].affinity_cookie = {name:?} is not a valid cookie name")));
+                }
+            }
+            out.push(Route {
+                prefix,
+                mode: r.mode,
+                keys: r.keys.into_iter().map(|k| k.into_inner().0).collect(),
+                on_missing: r.on_missing.map(|o| o.into_inner()).unwrap_or_default(),
+                affinity_cookie: r.affinity_cookie.map(|c| c.into_inner()),
+            });
+        }
+        Ok(out)
+    }
+
+    fn route_mode_rules(&self, i: usize, r: &file::RouteEntry) -> Result<(), ConfigError> {
+        let problem = match r.mode {
+            RouteMode::Room if r.keys.is_empty() => {
+                Some((r.prefix.span(), "has mode = \"room\" but no keys: list where the room key comes from"))
+            }
+            RouteMode::Room => None,
+            RouteMode::Shared => {
+                if let Some(key) = r.keys.first() {
+                    Some((key.span(), "keys: a shared route takes no keys (use mode = \"room\")"))
+                } else if let Some(on_missing) = &r.on_missing {
+                    Some((on_missing.span(), "on_missing only applies to room routes"))
+                } else {
+                    r.affinity_cookie.as_ref().map(|c| (c.span(), "affinity_cookie only applies to room routes"))
+                }
+            }
+        };
+        match problem {
+            Some((span, why)) => Err((self.at)(span, format!("routes[{i}] {why}"))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `host:port` to one address: IP literals directly, names through the system resolver.
+fn resolve(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let (host, port) = text.rsplit_once(':').ok_or_else(|| format!("{text:?} has no port; write host:port"))?;
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!("{text:?} is not host:port"));
+    }
+    let mut addrs = text.to_socket_addrs().map_err(|e| format!("cannot resolve {text:?}: {e}"))?;
+    addrs.next().ok_or_else(|| format!("{text:?} resolved to no address"))
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{line}: {}", self.origin, self.message),
+            None => write!(f, "{}: {}", self.origin, self.message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

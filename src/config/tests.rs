@@ -1,0 +1,110 @@
+use super::*;
+
+const MINIMAL: &str = r#"
+[[backends]]
+id = "a"
+addr = "127.0.0.1:9001"
+
+[[routes]]
+prefix = "/"
+mode = "shared"
+"#;
+
+fn err(text: &str) -> ConfigError {
+    Config::from_toml(text, "test.toml").unwrap_err()
+}
+
+#[test]
+fn embedded_default_is_valid() {
+    let c = Config::embedded().unwrap();
+    assert_eq!(c.backends.len(), 3);
+    assert_eq!(c.routes.len(), 3);
+    assert_eq!(c.timeouts.connect, Duration::from_secs(3));
+    assert_eq!(c.timeouts.request_head, Duration::from_secs(10));
+    assert_eq!(c.timeouts.websocket_idle, None);
+    assert_eq!(c.route_for("/room/42/").unwrap().0, 0);
+    assert_eq!(c.route_for("/ws/live/").unwrap().0, 1);
+    assert_eq!(c.route_for("/lobby").unwrap().0, 2);
+    assert!(c.describe().contains("key 1: path:^/room/(?P<room>[^/]+)/"));
+}
+
+#[test]
+fn minimal_config_takes_defaults() {
+    let c = Config::from_toml(MINIMAL, "t").unwrap();
+    assert_eq!(c.server.listen, vec!["127.0.0.1:8080".parse().unwrap()]);
+    assert_eq!(c.limits.max_request_head, 65536);
+    assert_eq!(c.placement.algorithm, Algorithm::Rendezvous);
+}
+
+#[test]
+fn unknown_key_names_key_and_line() {
+    let e = err(&format!("[server]\nlisten = \"127.0.0.1:1\"\nlisten_addr = \"x\"\n{MINIMAL}"));
+    assert_eq!(e.line, Some(3), "{e}");
+    assert!(e.message.contains("listen_addr"), "{e}");
+    assert!(e.to_string().starts_with("test.toml:3: "), "{e}");
+}
+
+#[test]
+fn bad_values_name_their_line() {
+    let cases: &[(&str, usize, &str)] = &[
+        ("[timeouts]\nconnect = \"3 seconds\"\n", 2, "invalid duration"),
+        ("[placement]\nalgorithm = \"maglev\"\n", 2, "maglev"),
+        ("[server]\nlisten = [\"127.0.0.1:80\", \"nope\"]\n", 2, "socket address"),
+        ("[server]\ntrusted_proxies = [\"10.0.0.0/33\"]\n", 2, "trusted proxy"),
+        ("[placement]\nvnodes = 0\n", 2, "vnodes"),
+        ("[log]\nlevel = \"loud\"\n", 2, "log.level"),
+    ];
+    for (prefix, line, needle) in cases {
+        let e = err(&format!("{prefix}{MINIMAL}"));
+        assert_eq!(e.line, Some(*line), "{prefix}: {e}");
+        assert!(e.message.contains(needle), "{prefix}: {e}");
+    }
+}
+
+#[test]
+fn route_rules() {
+    let base = "[[backends]]\nid = \"a\"\naddr = \"127.0.0.1:1\"\n";
+    let cases: &[(&str, &str)] = &[
+        ("[[routes]]\nprefix = \"/\"\nmode = \"shared\"\n[[routes]]\nprefix = \"/room/\"\nmode = \"shared\"\n", "can never match"),
+        ("[[routes]]\nprefix = \"/r/\"\nmode = \"room\"\n", "no keys"),
+        ("[[routes]]\nprefix = \"/r/\"\nmode = \"room\"\nkeys = [\"path:^/r/(\\\\d+)\"]\n", "named group `room`"),
+        ("[[routes]]\nprefix = \"/r/\"\nmode = \"room\"\nkeys = [\"header:X-Room\", \"cookei:x\"]\n", "unknown kind"),
+        ("[[routes]]\nprefix = \"/\"\nmode = \"shared\"\nkeys = [\"header:X\"]\n", "takes no keys"),
+        ("[[routes]]\nprefix = \"/\"\nmode = \"shared\"\naffinity_cookie = \"c\"\n", "only applies to room routes"),
+        ("[[routes]]\nprefix = \"r/\"\nmode = \"shared\"\n", "must start with '/'"),
+        ("[[routes]]\nprefix = \"/\"\nmode = \"lobby\"\n", "lobby"),
+        ("", "no routes"),
+    ];
+    for (routes, needle) in cases {
+        let e = err(&format!("{base}{routes}"));
+        assert!(e.message.contains(needle), "{routes}: {e}");
+        if !routes.is_empty() {
+            assert!(e.line.is_some(), "{routes}: {e}");
+        }
+    }
+}
+
+#[test]
+fn backend_rules() {
+    let routes = "[[routes]]\nprefix = \"/\"\nmode = \"shared\"\n";
+    let cases: &[(&str, &str, usize)] = &[
+        ("[[backends]]\nid = \"a\"\naddr = \"127.0.0.1:1\"\n[[backends]]\nid = \"a\"\naddr = \"127.0.0.1:2\"\n", "used twice", 5),
+        ("[[backends]]\nid = \"a b\"\naddr = \"127.0.0.1:1\"\n", "visible ASCII", 2),
+        ("[[backends]]\nid = \"a\"\naddr = \"127.0.0.1\"\n", "backends[0].addr", 3),
+        ("[[backends]]\nid = \"a\"\naddr = \"127.0.0.1:1\"\nport = 3\n", "unknown field", 4),
+    ];
+    for (backends, needle, line) in cases {
+        let e = err(&format!("{backends}{routes}"));
+        assert!(e.message.contains(needle), "{backends}: {e}");
+        assert_eq!(e.line, Some(*line), "{backends}: {e}");
+    }
+    assert!(err(routes).message.contains("no backends"));
+}
+
+#[test]
+fn listen_accepts_one_or_many() {
+    let c = Config::from_toml(&format!("[server]\nlisten = [\"127.0.0.1:1\", \"[::1]:2\"]\n{MINIMAL}"), "t").unwrap();
+    assert_eq!(c.server.listen.len(), 2);
+    let c = Config::from_toml(&format!("[server]\ntrusted_proxies = [\"10.1.2.3/8\", \"::1\"]\n{MINIMAL}"), "t").unwrap();
+    assert_eq!(c.server.trusted_proxies[0].to_string(), "10.0.0.0/8");
+}

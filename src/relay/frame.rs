@@ -1,0 +1,223 @@
+//! WebSocket frame boundaries (RFC 6455 section 5.2), tracked over a byte stream that arrives in
+//! arbitrary chunks. Headers are parsed; payloads are skipped, never unmasked or copied, except the
+//! two-byte status code of a close frame. This is what lets the relay stop a direction between two
+//! frames and send a close frame of its own.
+
+/// Opcode of a close frame.
+pub const OP_CLOSE: u8 = 0x8;
+
+/// Close code for a close frame with no status code (RFC 6455 section 7.4.1, never sent on the wire).
+pub const NO_STATUS: u16 = 1005;
+
+/// Tracks where frames begin and end in one direction of a WebSocket connection.
+#[derive(Clone, Debug, Default)]
+pub struct FrameTracker {
+    /// Header bytes seen so far for the frame being parsed (at most 14).
+    head: [u8; 14],
+    head_len: u8,
+    /// Payload bytes left in the current frame, once its header is complete.
+    remaining: u64,
+    in_payload: bool,
+    opcode: u8,
+    mask: Option<[u8; 4]>,
+    /// Offset into the current payload (for the close status code).
+    payload_off: u64,
+    code: [u8; 2],
+    frames: u64,
+    close_code: Option<u16>,
+}
+
+/// What a call to [`FrameTracker::feed`] saw in its chunk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Feed {
+    /// Offset just past the first frame that ended in this chunk.
+    pub first_boundary: Option<usize>,
+    /// Offset just past the first close frame that ended in this chunk.
+    pub close_end: Option<usize>,
+}
+
+/// A frame header that cannot be valid: the stream can no longer be followed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame length has its most significant bit set")]
+    LengthOverflow,
+    #[error("control frame (opcode {0:#x}) longer than 125 bytes")]
+    ControlTooLong(u8),
+    #[error("control frame (opcode {0:#x}) is fragmented")]
+    ControlFragmented(u8),
+}
+
+impl FrameTracker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// True between two frames: a frame of the relay's own can be inserted here.
+    #[inline]
+    pub fn at_boundary(&self) -> bool {
+        !self.in_payload && self.head_len == 0
+    }
+
+    /// Frames completed so far.
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// The status code of the first close frame seen, if any ([`NO_STATUS`] for an empty one).
+    pub fn close_code(&self) -> Option<u16> {
+        self.close_code
+    }
+
+    /// Follows the frames in `data`, the next bytes of the stream.
+    pub fn feed(&mut self, data: &[u8]) -> Result<Feed, FrameError> {
+        let mut feed = Feed::default();
+        let mut i = 0;
+        while i < data.len() {
+            if !self.in_payload {
+                i += self.read_head(&data[i..])?;
+                if !self.in_payload {
+                    break; // the header continues in the next chunk
+                }
+            }
+            let take = self.remaining.min((data.len() - i) as u64) as usize;
+            if self.opcode == OP_CLOSE && self.payload_off < 2 {
+                self.capture_code(&data[i..i + take]);
+            }
+            self.payload_off += take as u64;
+            self.remaining -= take as u64;
+            i += take;
+            if self.remaining == 0 {
+                self.end_frame(i, &mut feed);
+            }
+        }
+        Ok(feed)
+    }
+
+    /// Consumes header bytes from `data`; returns how many. Sets `in_payload` once complete.
+    fn read_head(&mut self, data: &[u8]) -> Result<usize, FrameError> {
+        let mut used = 0;
+        loop {
+            let need = self.head_need();
+            let have = self.head_len as usize;
+            if have == need {
+                break;
+            }
+            let take = (need - have).min(data.len() - used);
+            if take == 0 {
+                return Ok(used);
+            }
+            self.head[have..have + take].copy_from_slice(&data[used..used + take]);
+            self.head_len += take as u8;
+            used += take;
+            if have < 2 && self.head_len >= 2 {
+                self.check_control()?;
+            }
+        }
+        self.start_payload()?;
+        Ok(used)
+    }
+
+    /// Header length implied by the bytes seen so far (2 until the second byte is known).
+    fn head_need(&self) -> usize {
+        if self.head_len < 2 {
+            return 2;
+        }
+        let b1 = self.head[1];
+        let ext = match b1 & 0x7f {
+            126 => 2,
+            127 => 8,
+            _ => 0,
+        };
+        2 + ext + if b1 & 0x80 != 0 { 4 } else { 0 }
+    }
+
+    /// Control frames are short and whole; known from the first two header bytes.
+    fn check_control(&self) -> Result<(), FrameError> {
+        let (b0, b1) = (self.head[0], self.head[1]);
+        let opcode = b0 & 0x0f;
+        if opcode & 0x8 != 0 {
+            if b1 & 0x7f > 125 {
+                return Err(FrameError::ControlTooLong(opcode));
+            }
+            if b0 & 0x80 == 0 {
+                return Err(FrameError::ControlFragmented(opcode));
+            }
+        }
+        Ok(())
+    }
+
+    fn start_payload(&mut self) -> Result<(), FrameError> {
+        let (b0, b1) = (self.head[0], self.head[1]);
+        let opcode = b0 & 0x0f;
+        let (len, ext) = match b1 & 0x7f {
+            126 => (u16::from_be_bytes([self.head[2], self.head[3]]) as u64, 2),
+            127 => {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&self.head[2..10]);
+                (u64::from_be_bytes(b), 8)
+            }
+            n => (n as u64, 0),
+        };
+        if len >> 63 != 0 {
+            return Err(FrameError::LengthOverflow);
+        }
+        self.mask = (b1 & 0x80 != 0).then(|| {
+            let m = &self.head[2 + ext..6 + ext];
+            [m[0], m[1], m[2], m[3]]
+        });
+        self.opcode = opcode;
+        self.remaining = len;
+        self.payload_off = 0;
+        self.in_payload = true;
+        Ok(())
+    }
+
+    fn capture_code(&mut self, bytes: &[u8]) {
+        for (j, &b) in bytes.iter().enumerate() {
+            let off = self.payload_off as usize + j;
+            if off >= 2 {
+                break;
+            }
+            let m = self.mask.map_or(0, |m| m[off % 4]);
+            self.code[off] = b ^ m;
+        }
+    }
+
+    fn end_frame(&mut self, at: usize, feed: &mut Feed) {
+        self.frames += 1;
+        feed.first_boundary.get_or_insert(at);
+        if self.opcode == OP_CLOSE {
+            let code = if self.payload_off >= 2 { u16::from_be_bytes(self.code) } else { NO_STATUS };
+            self.close_code.get_or_insert(code);
+            feed.close_end.get_or_insert(at);
+        }
+        self.head_len = 0;
+        self.in_payload = false;
+        self.payload_off = 0;
+    }
+}
+
+/// A close frame with `code` and a short `reason`, masked with `mask` when sent to a server.
+pub fn close_frame(code: u16, reason: &str, mask: Option<[u8; 4]>) -> Vec<u8> {
+    let reason = &reason.as_bytes()[..reason.len().min(123)];
+    let mut payload = Vec::with_capacity(2 + reason.len());
+    payload.extend_from_slice(&code.to_be_bytes());
+    payload.extend_from_slice(reason);
+    let mut out = Vec::with_capacity(6 + payload.len());
+    out.push(0x80 | OP_CLOSE);
+    match mask {
+        Some(m) => {
+            out.push(0x80 | payload.len() as u8);
+            out.extend_from_slice(&m);
+            out.extend(payload.iter().enumerate().map(|(i, b)| b ^ m[i % 4]));
+        }
+        None => {
+            out.push(payload.len() as u8);
+            out.extend_from_slice(&payload);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,159 @@
+use super::*;
+use proptest::prelude::*;
+
+/// A frame as a test writes it.
+#[derive(Clone, Debug)]
+struct Spec {
+    fin: bool,
+    opcode: u8,
+    len: usize,
+    mask: Option<[u8; 4]>,
+    code: u16,
+}
+
+fn encode(spec: &Spec) -> Vec<u8> {
+    let mut out = vec![(if spec.fin { 0x80 } else { 0 }) | spec.opcode];
+    let mask_bit = if spec.mask.is_some() { 0x80 } else { 0 };
+    match spec.len {
+        n if n < 126 => out.push(mask_bit | n as u8),
+        n if n <= 0xffff => {
+            out.push(mask_bit | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(mask_bit | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    let mut payload: Vec<u8> = (0..spec.len).map(|i| (i * 7) as u8).collect();
+    if spec.opcode == OP_CLOSE && spec.len >= 2 {
+        payload[..2].copy_from_slice(&spec.code.to_be_bytes());
+    }
+    if let Some(m) = spec.mask {
+        out.extend_from_slice(&m);
+        for (i, b) in payload.iter_mut().enumerate() {
+            *b ^= m[i % 4];
+        }
+    }
+    out.extend_from_slice(&payload);
+    out
+}
+
+fn spec_strategy() -> impl Strategy<Value = Spec> {
+    let data = (any::<bool>(), prop_oneof![Just(0u8), Just(1), Just(2)], prop_oneof![
+        8 => 0usize..130,
+        2 => 126usize..70_000,
+        1 => 65_536usize..140_000,
+    ]);
+    let control = (prop_oneof![Just(OP_CLOSE), Just(0x9u8), Just(0xAu8)], 0usize..=125, any::<u16>());
+    let frame = prop_oneof![
+        4 => data.prop_map(|(fin, opcode, len)| Spec { fin, opcode, len, mask: None, code: 0 }),
+        1 => control.prop_map(|(opcode, len, code)| Spec { fin: true, opcode, len, mask: None, code }),
+    ];
+    (frame, proptest::option::of(any::<[u8; 4]>())).prop_map(|(mut s, mask)| {
+        s.mask = mask;
+        s
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Frames split at random byte boundaries: every frame end is found exactly where it is, and
+    /// the first close frame's code is read through its mask.
+    #[test]
+    fn finds_every_boundary(specs in proptest::collection::vec(spec_strategy(), 1..12), cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..20)) {
+        let mut stream = Vec::new();
+        let mut ends = Vec::new();
+        for s in &specs {
+            stream.extend(encode(s));
+            ends.push(stream.len());
+        }
+        let mut cut_at: Vec<usize> = cuts.iter().map(|c| c.index(stream.len() + 1)).collect();
+        cut_at.push(0);
+        cut_at.push(stream.len());
+        cut_at.sort_unstable();
+        cut_at.dedup();
+
+        let mut t = FrameTracker::new();
+        let mut found = Vec::new();
+        for w in cut_at.windows(2) {
+            let chunk = &stream[w[0]..w[1]];
+            let feed = t.feed(chunk).unwrap();
+            if let Some(b) = feed.first_boundary {
+                found.push(w[0] + b);
+            }
+            // A chunk can hold several ends; the tracker reports the first, and is at a boundary
+            // after the chunk exactly when the chunk ends on a frame end.
+            prop_assert_eq!(t.at_boundary(), ends.contains(&w[1]) || w[1] == 0);
+        }
+        for f in &found {
+            prop_assert!(ends.contains(f), "reported boundary {} is not a frame end", f);
+        }
+        prop_assert_eq!(t.frames(), specs.len() as u64);
+        let first_close = specs.iter().find(|s| s.opcode == OP_CLOSE)
+            .map(|s| if s.len >= 2 { s.code } else { NO_STATUS });
+        prop_assert_eq!(t.close_code(), first_close);
+    }
+
+    /// Arbitrary bytes never panic the tracker.
+    #[test]
+    fn garbage_never_panics(data in proptest::collection::vec(any::<u8>(), 0..4096), cut in 0usize..4096) {
+        let mut t = FrameTracker::new();
+        let cut = cut.min(data.len());
+        if t.feed(&data[..cut]).is_ok() {
+            let _ = t.feed(&data[cut..]);
+        }
+    }
+}
+
+#[test]
+fn byte_at_a_time_finds_each_end() {
+    let specs = [
+        Spec { fin: false, opcode: 1, len: 3, mask: Some([1, 2, 3, 4]), code: 0 },
+        Spec { fin: true, opcode: 0x9, len: 0, mask: None, code: 0 },
+        Spec { fin: true, opcode: 0, len: 300, mask: None, code: 0 },
+        Spec { fin: true, opcode: OP_CLOSE, len: 5, mask: Some([9, 8, 7, 6]), code: 4429 },
+    ];
+    let mut stream = Vec::new();
+    let mut ends = Vec::new();
+    for s in &specs {
+        stream.extend(encode(s));
+        ends.push(stream.len());
+    }
+    let mut t = FrameTracker::new();
+    let mut found = Vec::new();
+    for (i, b) in stream.iter().enumerate() {
+        let feed = t.feed(std::slice::from_ref(b)).unwrap();
+        if feed.first_boundary.is_some() {
+            found.push(i + 1);
+        }
+        if let Some(c) = feed.close_end {
+            assert_eq!(c, 1);
+        }
+    }
+    assert_eq!(found, ends);
+    assert_eq!(t.close_code(), Some(4429));
+}
+
+#[test]
+fn invalid_headers_are_errors() {
+    let mut t = FrameTracker::new();
+    assert_eq!(t.feed(&[0x88, 126, 0, 200]), Err(FrameError::ControlTooLong(8)));
+    let mut t = FrameTracker::new();
+    assert_eq!(t.feed(&[0x09, 0]), Err(FrameError::ControlFragmented(9)));
+    let mut t = FrameTracker::new();
+    assert_eq!(t.feed(&[0x82, 127, 0x80, 0, 0, 0, 0, 0, 0, 1]), Err(FrameError::LengthOverflow));
+}
+
+#[test]
+fn close_frames_built_here_parse_back() {
+    for mask in [None, Some([0xde, 0xad, 0xbe, 0xef])] {
+        let bytes = close_frame(1012, "service restart", mask);
+        let mut t = FrameTracker::new();
+        let feed = t.feed(&bytes).unwrap();
+        assert_eq!(feed.close_end, Some(bytes.len()));
+        assert_eq!(t.close_code(), Some(1012));
+        assert!(t.at_boundary());
+    }
+}

@@ -1,0 +1,114 @@
+//! Open WebSocket tunnels, so that shutdown (and later drain) can reach every one of them. hyper
+//! forgets a connection once it is upgraded, so roomgate keeps this list itself.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+
+/// All open tunnels.
+#[derive(Default)]
+pub struct Tunnels {
+    open: Mutex<HashMap<u64, Arc<TunnelHandle>>>,
+    next_id: AtomicU64,
+    /// Woken whenever the last tunnel closes.
+    emptied: Notify,
+}
+
+/// What the registry knows of one tunnel, and how to ask it to close.
+pub struct TunnelHandle {
+    pub id: u64,
+    pub room: Option<Box<str>>,
+    pub backend: Arc<str>,
+    close_code: AtomicU16,
+    close: Notify,
+}
+
+/// Removes its tunnel from the registry when dropped.
+pub struct Registration {
+    tunnels: Arc<Tunnels>,
+    handle: Arc<TunnelHandle>,
+}
+
+// === impl Tunnels ===
+
+impl Tunnels {
+    pub fn register(self: &Arc<Self>, room: Option<Box<str>>, backend: Arc<str>) -> Registration {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let handle =
+            Arc::new(TunnelHandle { id, room, backend, close_code: AtomicU16::new(0), close: Notify::new() });
+        self.lock().insert(id, handle.clone());
+        Registration { tunnels: self.clone(), handle }
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Asks every open tunnel to close with `code`; returns how many were asked.
+    pub fn close_all(&self, code: u16) -> usize {
+        let handles: Vec<Arc<TunnelHandle>> = self.lock().values().cloned().collect();
+        for h in &handles {
+            h.request_close(code);
+        }
+        handles.len()
+    }
+
+    /// Waits until no tunnel is open.
+    pub async fn wait_empty(&self) {
+        loop {
+            let emptied = self.emptied.notified();
+            if self.is_empty() {
+                return;
+            }
+            emptied.await;
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Arc<TunnelHandle>>> {
+        // A panic while holding this lock cannot leave the map inconsistent (single inserts and
+        // removes), so a poisoned lock is still usable.
+        self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+// === impl TunnelHandle ===
+
+impl TunnelHandle {
+    /// Asks the tunnel to close with `code` at the next frame boundary. The first request wins.
+    pub fn request_close(&self, code: u16) {
+        if self.close_code.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            // `notify_one` stores a permit if the tunnel is not waiting yet, so none is lost.
+            self.close.notify_one();
+        }
+    }
+
+    /// Resolves with the close code once a close is requested.
+    pub async fn close_requested(&self) -> u16 {
+        self.close.notified().await;
+        self.close_code.load(Ordering::Acquire)
+    }
+}
+
+// === impl Registration ===
+
+impl Registration {
+    pub fn handle(&self) -> &Arc<TunnelHandle> {
+        &self.handle
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut open = self.tunnels.lock();
+        open.remove(&self.handle.id);
+        if open.is_empty() {
+            self.tunnels.emptied.notify_waiters();
+        }
+    }
+}
