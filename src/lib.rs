@@ -1,5 +1,31 @@
+//! roomgate: an edge reverse proxy that pins every room of a live-state WebSocket app to one
+//! backend process, the same one from every roomgate replica.
+//!
+//! Layout, in the order a request meets it:
+//! - [`server`]: accepts connections on the listeners it is given and serves HTTP/1.1 on them.
+//! - [`proxy`]: the request path (route, room key, placement, forward or upgrade).
+//! - [`room_key`]: where a request carries its room, and what a valid key is (pure).
+//! - [`placement`]: rendezvous or ring placement over stable backend ids (pure).
+//! - [`snapshot`]: the immutable view (config, backends, placement) a request works from.
+//! - [`relay`]: WebSocket tunnels after the upgrade, frame-boundary aware.
+//! - [`config`], [`backends`], [`error`]: the config file, backends, and error-to-response mapping.
+//! - [`demo`]: the built-in demo backends of `roomgate demo`.
+//!
+//! The entry point is [`run`]: bound listeners, a validated config and a shutdown future in; it
+//! returns once every connection has finished or the shutdown grace period has run out.
+
 #![forbid(unsafe_code)]
+
+pub mod backends;
 pub mod config;
+pub mod demo;
+pub mod error;
 pub mod placement;
+pub mod proxy;
 pub mod relay;
 pub mod room_key;
+pub mod server;
+pub mod snapshot;
+
+pub use config::Config;
+pub use server::{Listeners, run};

@@ -95,9 +95,7 @@ pub fn extract<'a>(sources: &[KeySource], req: &RequestView<'a>) -> Result<Optio
         let key = decoded
             .map(|key| match source.kind() {
                 // Host names are case-insensitive: `Game-7.example.com` is room `game-7`.
-                SourceKind::Host if key.bytes().any(|b| b.is_ascii_uppercase()) => {
-                    Cow::Owned(key.to_ascii_lowercase())
-                }
+                SourceKind::Host if key.bytes().any(|b| b.is_ascii_uppercase()) => Cow::Owned(key.to_ascii_lowercase()),
                 _ => key,
             })
             .and_then(validate)
@@ -159,9 +157,7 @@ impl FromStr for KeySource {
             return Err(err("the part after ':' is empty"));
         }
         match kind {
-            "header" => HeaderName::from_str(arg)
-                .map(KeySource::Header)
-                .map_err(|_| err("not a valid header name")),
+            "header" => HeaderName::from_str(arg).map(KeySource::Header).map_err(|_| err("not a valid header name")),
             "cookie" if arg.bytes().all(is_token_byte) => Ok(KeySource::Cookie(arg.to_owned())),
             "cookie" => Err(err("not a valid cookie name")),
             "query" => Ok(KeySource::Query(arg.to_owned())),
@@ -217,16 +213,18 @@ fn strip_port(authority: &str) -> &str {
     authority.rsplit_once(':').map_or(authority, |(host, _port)| host)
 }
 
+/// The raw value of cookie `name` in the request's Cookie headers (first one wins).
+pub fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    find_cookie(headers, name)
+}
+
 fn find_cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|line| line.split(';'))
-        .find_map(|pair| {
+    headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|line| line.split(';')).find_map(
+        |pair| {
             let (n, v) = pair.split_once('=')?;
             (n.trim() == name).then(|| strip_quotes(v.trim()))
-        })
+        },
+    )
 }
 
 fn strip_quotes(v: &str) -> &str {
@@ -373,10 +371,7 @@ mod tests {
         assert_eq!(key(&["query:room"], &p).unwrap(), Some(("r2".into(), 0)));
         assert_eq!(key(&["header:X-Room"], &p).unwrap(), Some(("r3".into(), 0)));
         assert_eq!(key(&["cookie:roomgate_room"], &p).unwrap(), Some(("r4".into(), 0)));
-        assert_eq!(
-            key(&["host:^(?i)(?P<room>game-[0-9]+)\\.example\\.com$"], &p).unwrap(),
-            Some(("game-7".into(), 0))
-        );
+        assert_eq!(key(&["host:^(?i)(?P<room>game-[0-9]+)\\.example\\.com$"], &p).unwrap(), Some(("game-7".into(), 0)));
     }
 
     #[test]

@@ -56,7 +56,11 @@ impl Config {
             HumanDuration(t.upstream_response),
             t.websocket_idle.map_or("off".to_owned(), |d| HumanDuration(d).to_string()),
         );
-        let _ = writeln!(out, "limits: request head {} bytes, {} headers", self.limits.max_request_head, self.limits.max_headers);
+        let _ = writeln!(
+            out,
+            "limits: request head {} bytes, {} headers",
+            self.limits.max_request_head, self.limits.max_headers
+        );
         out
     }
 }

@@ -141,7 +141,8 @@ impl Config {
             line: (span != (0..0)).then(|| line_of(text, span.start)),
             message,
         };
-        let file: file::File = toml::from_str(text).map_err(|e| at(e.span().unwrap_or(0..0), e.message().to_owned()))?;
+        let file: file::File =
+            toml::from_str(text).map_err(|e| at(e.span().unwrap_or(0..0), e.message().to_owned()))?;
         Validator { at: &at }.config(file, origin)
     }
 
@@ -174,7 +175,9 @@ impl Validator<'_> {
             level.parse::<tracing::level_filters::LevelFilter>().is_ok()
         };
         if !valid_level {
-            return Err(self.err(&f.log.level, format!("log.level = {level:?}: expected error, warn, info, debug or trace")));
+            return Err(
+                self.err(&f.log.level, format!("log.level = {level:?}: expected error, warn, info, debug or trace"))
+            );
         }
         if f.server.listen.0.is_empty() {
             return Err((self.at)(0..0, "server.listen: at least one address is needed".into()));
@@ -206,7 +209,10 @@ impl Validator<'_> {
     fn limits(&self, l: &file::LimitsSection) -> Result<Limits, ConfigError> {
         let head = *l.max_request_head.get_ref();
         if !(1024..=1024 * 1024).contains(&head) {
-            return Err(self.err(&l.max_request_head, format!("limits.max_request_head = {head}: expected 1024 to 1048576 bytes")));
+            return Err(self.err(
+                &l.max_request_head,
+                format!("limits.max_request_head = {head}: expected 1024 to 1048576 bytes"),
+            ));
         }
         let headers = *l.max_headers.get_ref();
         if !(1..=1000).contains(&headers) {
@@ -244,12 +250,15 @@ impl Validator<'_> {
             let e = entry.get_ref();
             let id = e.id.get_ref();
             if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_graphic()) {
-                return Err(self.err(&e.id, format!("backends[{i}].id = {id:?}: expected 1 to 64 visible ASCII characters")));
+                return Err(
+                    self.err(&e.id, format!("backends[{i}].id = {id:?}: expected 1 to 64 visible ASCII characters"))
+                );
             }
             if out.iter().any(|b| &b.id == id) {
                 return Err(self.err(&e.id, format!("backends[{i}].id = {id:?} is used twice; ids must be unique")));
             }
-            let addr = resolve(e.addr.get_ref()).map_err(|why| self.err(&e.addr, format!("backends[{i}].addr: {why}")))?;
+            let addr =
+                resolve(e.addr.get_ref()).map_err(|why| self.err(&e.addr, format!("backends[{i}].addr: {why}")))?;
             out.push(BackendSpec { id: id.clone(), addr_text: e.addr.get_ref().clone(), addr });
         }
         Ok(out)
@@ -257,7 +266,10 @@ impl Validator<'_> {
 
     fn routes(&self, entries: Vec<Spanned<file::RouteEntry>>) -> Result<Vec<Route>, ConfigError> {
         if entries.is_empty() {
-            return Err((self.at)(0..0, "no routes: add at least one [[routes]], for example prefix = \"/\" with mode = \"shared\"".into()));
+            return Err((self.at)(
+                0..0,
+                "no routes: add at least one [[routes]], for example prefix = \"/\" with mode = \"shared\"".into(),
+            ));
         }
         let mut out: Vec<Route> = Vec::with_capacity(entries.len());
         for (i, entry) in entries.into_iter().enumerate() {
@@ -275,8 +287,12 @@ impl Validator<'_> {
             self.route_mode_rules(i, &r)?;
             if let Some(cookie) = &r.affinity_cookie {
                 let name = cookie.get_ref();
-                if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
-                    return Err(self.err(cookie, format!("routes[{i}].affinity_cookie = {name:?} is not a valid cookie name")));
+                if name.is_empty()
+                    || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+                {
+                    return Err(
+                        self.err(cookie, format!("routes[{i}].affinity_cookie = {name:?} is not a valid cookie name"))
+                    );
                 }
             }
             out.push(Route {

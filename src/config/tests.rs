@@ -65,7 +65,10 @@ fn bad_values_name_their_line() {
 fn route_rules() {
     let base = "[[backends]]\nid = \"a\"\naddr = \"127.0.0.1:1\"\n";
     let cases: &[(&str, &str)] = &[
-        ("[[routes]]\nprefix = \"/\"\nmode = \"shared\"\n[[routes]]\nprefix = \"/room/\"\nmode = \"shared\"\n", "can never match"),
+        (
+            "[[routes]]\nprefix = \"/\"\nmode = \"shared\"\n[[routes]]\nprefix = \"/room/\"\nmode = \"shared\"\n",
+            "can never match",
+        ),
         ("[[routes]]\nprefix = \"/r/\"\nmode = \"room\"\n", "no keys"),
         ("[[routes]]\nprefix = \"/r/\"\nmode = \"room\"\nkeys = [\"path:^/r/(\\\\d+)\"]\n", "named group `room`"),
         ("[[routes]]\nprefix = \"/r/\"\nmode = \"room\"\nkeys = [\"header:X-Room\", \"cookei:x\"]\n", "unknown kind"),
@@ -88,7 +91,11 @@ fn route_rules() {
 fn backend_rules() {
     let routes = "[[routes]]\nprefix = \"/\"\nmode = \"shared\"\n";
     let cases: &[(&str, &str, usize)] = &[
-        ("[[backends]]\nid = \"a\"\naddr = \"127.0.0.1:1\"\n[[backends]]\nid = \"a\"\naddr = \"127.0.0.1:2\"\n", "used twice", 5),
+        (
+            "[[backends]]\nid = \"a\"\naddr = \"127.0.0.1:1\"\n[[backends]]\nid = \"a\"\naddr = \"127.0.0.1:2\"\n",
+            "used twice",
+            5,
+        ),
         ("[[backends]]\nid = \"a b\"\naddr = \"127.0.0.1:1\"\n", "visible ASCII", 2),
         ("[[backends]]\nid = \"a\"\naddr = \"127.0.0.1\"\n", "backends[0].addr", 3),
         ("[[backends]]\nid = \"a\"\naddr = \"127.0.0.1:1\"\nport = 3\n", "unknown field", 4),
@@ -105,6 +112,7 @@ fn backend_rules() {
 fn listen_accepts_one_or_many() {
     let c = Config::from_toml(&format!("[server]\nlisten = [\"127.0.0.1:1\", \"[::1]:2\"]\n{MINIMAL}"), "t").unwrap();
     assert_eq!(c.server.listen.len(), 2);
-    let c = Config::from_toml(&format!("[server]\ntrusted_proxies = [\"10.1.2.3/8\", \"::1\"]\n{MINIMAL}"), "t").unwrap();
+    let c =
+        Config::from_toml(&format!("[server]\ntrusted_proxies = [\"10.1.2.3/8\", \"::1\"]\n{MINIMAL}"), "t").unwrap();
     assert_eq!(c.server.trusted_proxies[0].to_string(), "10.0.0.0/8");
 }

@@ -69,10 +69,10 @@ impl Ring {
         }
         let limit = (self.by_id.len() as u32).saturating_mul(8).max(8);
         for probe in 1..=limit {
-            if let Some(v) = self.ring.get(&Probe(key, probe)) {
-                if eligible(v.backend as usize) {
-                    return Some(v.backend as usize);
-                }
+            if let Some(v) = self.ring.get(&Probe(key, probe))
+                && eligible(v.backend as usize)
+            {
+                return Some(v.backend as usize);
             }
         }
         // Nearly every backend is ineligible: the eligible one with the smallest id.

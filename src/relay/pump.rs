@@ -176,7 +176,9 @@ where
             let mut again = false;
             for (result, side) in [(up, Side::Client), (down, Side::Backend)] {
                 match result {
-                    Poll::Ready(Err(DirError::Io(side, source))) => return Poll::Ready(Err(PumpError::Io { side, source })),
+                    Poll::Ready(Err(DirError::Io(side, source))) => {
+                        return Poll::Ready(Err(PumpError::Io { side, source }));
+                    }
                     Poll::Ready(Err(DirError::Frame(err))) => {
                         this.on_frame_error(side, err);
                         again = true;
@@ -228,7 +230,13 @@ impl Direction {
     }
 
     /// Runs this direction until it blocks or is done. `Ready(Ok)` means done.
-    fn poll_run<S, D>(&mut self, cx: &mut Context<'_>, src: &mut S, dst: &mut D, activity: &mut u64) -> Poll<Result<(), DirError>>
+    fn poll_run<S, D>(
+        &mut self,
+        cx: &mut Context<'_>,
+        src: &mut S,
+        dst: &mut D,
+        activity: &mut u64,
+    ) -> Poll<Result<(), DirError>>
     where
         S: AsyncRead + Unpin,
         D: AsyncWrite + Unpin,
@@ -281,7 +289,12 @@ impl Direction {
     }
 
     /// Handles one chunk read from the source, according to the phase.
-    fn on_chunk<D: AsyncWrite + Unpin>(&mut self, cx: &mut Context<'_>, data: &[u8], dst: &mut D) -> Result<(), DirError> {
+    fn on_chunk<D: AsyncWrite + Unpin>(
+        &mut self,
+        cx: &mut Context<'_>,
+        data: &[u8],
+        dst: &mut D,
+    ) -> Result<(), DirError> {
         let feed = self.tracker.feed(data).map_err(DirError::Frame)?;
         match self.phase {
             Phase::Relay => {
@@ -326,7 +339,12 @@ impl Direction {
     }
 
     /// Writes what the destination takes now; keeps the rest in `pending`.
-    fn write<D: AsyncWrite + Unpin>(&mut self, cx: &mut Context<'_>, mut data: &[u8], dst: &mut D) -> Result<(), DirError> {
+    fn write<D: AsyncWrite + Unpin>(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut data: &[u8],
+        dst: &mut D,
+    ) -> Result<(), DirError> {
         if self.pending.is_empty() {
             while !data.is_empty() {
                 match Pin::new(&mut *dst).poll_write(cx, data) {

@@ -36,8 +36,7 @@ pub struct Registration {
 impl Tunnels {
     pub fn register(self: &Arc<Self>, room: Option<Box<str>>, backend: Arc<str>) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let handle =
-            Arc::new(TunnelHandle { id, room, backend, close_code: AtomicU16::new(0), close: Notify::new() });
+        let handle = Arc::new(TunnelHandle { id, room, backend, close_code: AtomicU16::new(0), close: Notify::new() });
         self.lock().insert(id, handle.clone());
         Registration { tunnels: self.clone(), handle }
     }

@@ -40,11 +40,15 @@ fn encode(spec: &Spec) -> Vec<u8> {
 }
 
 fn spec_strategy() -> impl Strategy<Value = Spec> {
-    let data = (any::<bool>(), prop_oneof![Just(0u8), Just(1), Just(2)], prop_oneof![
-        8 => 0usize..130,
-        2 => 126usize..70_000,
-        1 => 65_536usize..140_000,
-    ]);
+    let data = (
+        any::<bool>(),
+        prop_oneof![Just(0u8), Just(1), Just(2)],
+        prop_oneof![
+            8 => 0usize..130,
+            2 => 126usize..70_000,
+            1 => 65_536usize..140_000,
+        ],
+    );
     let control = (prop_oneof![Just(OP_CLOSE), Just(0x9u8), Just(0xAu8)], 0usize..=125, any::<u16>());
     let frame = prop_oneof![
         4 => data.prop_map(|(fin, opcode, len)| Spec { fin, opcode, len, mask: None, code: 0 }),

@@ -1,0 +1,137 @@
+//! Bodies on the proxy path: streamed through without buffering, counted for the access log, and
+//! the log line written when the response body ends (or is dropped, if the client goes away).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+
+use super::access::AccessRecord;
+
+/// A request body on its way to a backend, counting its bytes when someone reads the count.
+pub struct RequestBody {
+    inner: Incoming,
+    counted: Option<Arc<AtomicU64>>,
+}
+
+/// A response body on its way to the client: the backend's stream or roomgate's own bytes.
+pub struct ResponseBody {
+    inner: Inner,
+    log: Option<Box<AccessRecord>>,
+}
+
+enum Inner {
+    Upstream(Incoming),
+    Local(Option<Bytes>),
+}
+
+// === impl RequestBody ===
+
+impl RequestBody {
+    pub fn new(inner: Incoming, counted: Option<Arc<AtomicU64>>) -> Self {
+        RequestBody { inner, counted }
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let (Poll::Ready(Some(Ok(frame))), Some(counter)) = (&polled, &this.counted)
+            && let Some(data) = frame.data_ref()
+        {
+            counter.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+// === impl ResponseBody ===
+
+impl ResponseBody {
+    pub fn upstream(body: Incoming) -> Self {
+        ResponseBody { inner: Inner::Upstream(body), log: None }
+    }
+
+    pub fn local(bytes: Bytes) -> Self {
+        ResponseBody { inner: Inner::Local(Some(bytes)), log: None }
+    }
+
+    pub fn empty() -> Self {
+        ResponseBody { inner: Inner::Local(None), log: None }
+    }
+
+    /// Attaches the access record written when this body ends.
+    pub fn with_log(mut self, log: Option<Box<AccessRecord>>) -> Self {
+        self.log = log;
+        self
+    }
+
+    fn finish(&mut self, complete: bool) {
+        if let Some(log) = self.log.take() {
+            log.emit(complete);
+        }
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        let polled = match &mut this.inner {
+            Inner::Upstream(body) => Pin::new(body).poll_frame(cx),
+            Inner::Local(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+        };
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(data), Some(log)) = (frame.data_ref(), this.log.as_mut()) {
+                    log.bytes_out += data.len() as u64;
+                }
+            }
+            Poll::Ready(None) => this.finish(true),
+            Poll::Ready(Some(Err(_))) => this.finish(false),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.inner {
+            Inner::Upstream(body) => body.is_end_stream(),
+            Inner::Local(bytes) => bytes.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.inner {
+            Inner::Upstream(body) => body.size_hint(),
+            Inner::Local(bytes) => SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64)),
+        }
+    }
+}
+
+impl Drop for ResponseBody {
+    fn drop(&mut self) {
+        // Still holding the record: the body never reached its end (client gone, or hyper did
+        // not need to poll an empty body).
+        let complete = self.is_end_stream();
+        self.finish(complete);
+    }
+}

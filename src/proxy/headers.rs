@@ -1,0 +1,182 @@
+//! Header rules of a proxy hop: hop-by-hop headers, X-Forwarded-*, WebSocket upgrade detection,
+//! and the size of a request head.
+
+use std::net::IpAddr;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Uri};
+use ipnet::IpNet;
+
+/// Headers that describe one hop only (RFC 9110 section 7.6.1), plus common non-standard ones.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+static FORWARDED: HeaderName = HeaderName::from_static("forwarded");
+
+/// True for a WebSocket handshake: `Connection: upgrade` and `Upgrade: websocket`.
+pub fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
+    let has_token = |name: &HeaderName, token: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    };
+    has_token(&header::CONNECTION, "upgrade") && has_token(&header::UPGRADE, "websocket")
+}
+
+/// Removes hop-by-hop headers, including every header the `Connection` header names. `Upgrade`
+/// goes too; the WebSocket path puts the handshake's own headers back.
+pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+    headers.remove(header::UPGRADE);
+}
+
+/// Restores the two headers a WebSocket handshake needs on the next hop.
+pub fn set_websocket_upgrade(headers: &mut HeaderMap) {
+    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+}
+
+/// Whether `peer` is one of the trusted proxies, whose forwarding headers are kept.
+pub fn is_trusted(peer: IpAddr, trusted: &[IpNet]) -> bool {
+    let peer = match peer {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, IpAddr::V4),
+        v4 => v4,
+    };
+    trusted.iter().any(|net| net.contains(&peer))
+}
+
+/// Sets X-Forwarded-For (ending with the client's address), -Proto and -Host. From a trusted
+/// proxy the incoming values are kept and extended; from anyone else they are replaced, so a
+/// client cannot make a backend believe it comes from another address.
+pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, trusted: bool, proto: &'static str) {
+    let peer_text = peer.to_string();
+    let xff = match trusted {
+        true => {
+            let earlier: Vec<&str> = headers.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()).collect();
+            if earlier.is_empty() { peer_text } else { format!("{}, {peer_text}", earlier.join(", ")) }
+        }
+        false => peer_text,
+    };
+    if let Ok(v) = HeaderValue::try_from(xff) {
+        headers.insert(&X_FORWARDED_FOR, v);
+    }
+    if !trusted || !headers.contains_key(&X_FORWARDED_PROTO) {
+        headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    }
+    if !trusted || !headers.contains_key(&X_FORWARDED_HOST) {
+        match headers.get(header::HOST).cloned() {
+            Some(host) => headers.insert(&X_FORWARDED_HOST, host),
+            None => headers.remove(&X_FORWARDED_HOST),
+        };
+    }
+    if !trusted {
+        headers.remove(&FORWARDED);
+    }
+}
+
+/// Size of the request head as the client sent it (request line and header lines), give or take
+/// the exact whitespace.
+pub fn request_head_size(method: &Method, uri: &Uri, headers: &HeaderMap) -> usize {
+    let uri_len = uri.scheme_str().map_or(0, |s| s.len() + 3)
+        + uri.authority().map_or(0, |a| a.as_str().len())
+        + uri.path_and_query().map_or(1, |p| p.as_str().len());
+    let line = method.as_str().len() + 1 + uri_len + 11;
+    let fields: usize = headers.iter().map(|(n, v)| n.as_str().len() + 2 + v.len() + 2).sum();
+    line + fields + 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for (k, v) in pairs {
+            m.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+        }
+        m
+    }
+
+    #[test]
+    fn strips_hop_by_hop_and_named_headers() {
+        let mut h = map(&[
+            ("connection", "keep-alive, X-Secret"),
+            ("keep-alive", "timeout=5"),
+            ("x-secret", "1"),
+            ("transfer-encoding", "chunked"),
+            ("te", "trailers"),
+            ("upgrade", "h2c"),
+            ("x-room", "42"),
+        ]);
+        remove_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert!(h.contains_key("x-room"));
+    }
+
+    #[test]
+    fn detects_websocket_upgrade() {
+        assert!(is_websocket_upgrade(&map(&[("connection", "keep-alive, Upgrade"), ("upgrade", "WebSocket")])));
+        assert!(!is_websocket_upgrade(&map(&[("connection", "upgrade"), ("upgrade", "h2c")])));
+        assert!(!is_websocket_upgrade(&map(&[("upgrade", "websocket")])));
+    }
+
+    #[test]
+    fn forwarded_headers_from_untrusted_peer_are_replaced() {
+        let mut h = map(&[
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-forwarded-proto", "https"),
+            ("host", "game.test"),
+            ("forwarded", "for=6.6.6.6"),
+        ]);
+        set_forwarded(&mut h, "10.1.1.1".parse().unwrap(), false, "http");
+        assert_eq!(h["x-forwarded-for"], "10.1.1.1");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-forwarded-host"], "game.test");
+        assert!(!h.contains_key("forwarded"));
+    }
+
+    #[test]
+    fn forwarded_headers_from_trusted_peer_are_extended() {
+        let mut h = map(&[
+            ("x-forwarded-for", "1.2.3.4"),
+            ("x-forwarded-for", "5.6.7.8"),
+            ("x-forwarded-proto", "https"),
+            ("host", "in.test"),
+        ]);
+        set_forwarded(&mut h, "10.0.0.2".parse().unwrap(), true, "http");
+        assert_eq!(h["x-forwarded-for"], "1.2.3.4, 5.6.7.8, 10.0.0.2");
+        assert_eq!(h["x-forwarded-proto"], "https");
+        assert_eq!(h["x-forwarded-host"], "in.test");
+    }
+
+    #[test]
+    fn trust_matches_cidrs_and_mapped_v4() {
+        let nets: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        assert!(is_trusted("10.9.9.9".parse().unwrap(), &nets));
+        assert!(is_trusted("::ffff:10.0.0.1".parse().unwrap(), &nets));
+        assert!(!is_trusted("11.0.0.1".parse().unwrap(), &nets));
+    }
+}

@@ -1,0 +1,64 @@
+//! Plain HTTP to backends: one pooled keep-alive client for all of them, bodies streamed both
+//! ways.
+
+use std::time::Duration;
+
+use http::{Request, Response, Uri, Version};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use super::body::RequestBody;
+use crate::backends::Backend;
+use crate::config::Config;
+use crate::error::BackendError;
+
+/// The upstream HTTP client: a pool of keep-alive connections per backend address.
+pub struct Upstream {
+    client: Client<HttpConnector, RequestBody>,
+}
+
+impl Upstream {
+    pub fn new(config: &Config) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(config.timeouts.connect));
+        connector.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(config.upstream.idle_timeout)
+            .pool_max_idle_per_host(config.upstream.max_idle_per_backend)
+            // The client's Host header is forwarded as is; never replace it with the backend's.
+            .set_host(false)
+            .build(connector);
+        Upstream { client }
+    }
+
+    /// Sends `req` (origin-form URI) to `backend`; waits at most `timeout` for the response head.
+    pub async fn send(
+        &self,
+        mut req: Request<RequestBody>,
+        backend: &Backend,
+        timeout: Duration,
+    ) -> Result<Response<Incoming>, BackendError> {
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(http::uri::Scheme::HTTP);
+        parts.authority = Some(backend.authority.clone());
+        parts.path_and_query = req.uri().path_and_query().cloned();
+        *req.uri_mut() = Uri::from_parts(parts).map_err(|e| failed(backend, e))?;
+        *req.version_mut() = Version::HTTP_11;
+        match tokio::time::timeout(timeout, self.client.request(req)).await {
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(e)) if e.is_connect() => {
+                Err(BackendError::Connect { backend: backend.id.to_string(), source: Box::new(e) })
+            }
+            Ok(Err(e)) => Err(failed(backend, e)),
+            Err(_) => Err(BackendError::Timeout { backend: backend.id.to_string(), after: timeout }),
+        }
+    }
+}
+
+fn failed(backend: &Backend, e: impl std::error::Error + Send + Sync + 'static) -> BackendError {
+    BackendError::Failed { backend: backend.id.to_string(), source: Box::new(e) }
+}

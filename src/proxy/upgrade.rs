@@ -1,0 +1,98 @@
+//! WebSocket handshakes: the upgrade goes to the room's backend on a connection of its own; on
+//! its 101 both upgraded connections are handed to a tunnel.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Empty;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use super::Gateway;
+use super::access;
+use crate::backends::Backend;
+use crate::error::BackendError;
+use crate::relay::{self, Registration, TunnelOptions};
+
+/// Where a tunnel goes and what to log when it ends.
+pub struct TunnelSpec {
+    pub client: SocketAddr,
+    pub room: Option<String>,
+    pub backend: Arc<Backend>,
+}
+
+/// Sends the handshake `req` (headers already prepared) to the backend. Returns the backend's
+/// answer: a 101, after which the tunnel runs in its own task, or a refusal, passed on as is.
+pub async fn forward(
+    gateway: &Arc<Gateway>,
+    req: Request<()>,
+    client_upgrade: OnUpgrade,
+    spec: TunnelSpec,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+) -> Result<Response<hyper::body::Incoming>, BackendError> {
+    let backend = spec.backend.clone();
+    let id = || backend.id.to_string();
+    let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(backend.addr)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => return Err(BackendError::Connect { backend: id(), source: Box::new(e) }),
+        Err(_) => {
+            let e = std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("connect timed out after {connect_timeout:?}"),
+            );
+            return Err(BackendError::Connect { backend: id(), source: Box::new(e) });
+        }
+    };
+    let _ = stream.set_nodelay(true);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream))
+        .await
+        .map_err(|e| BackendError::Failed { backend: id(), source: Box::new(e) })?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!(error = %e, "upstream handshake connection ended with an error");
+        }
+    });
+    let (parts, ()) = req.into_parts();
+    let req = Request::from_parts(parts, Empty::new());
+    let mut resp = match tokio::time::timeout(response_timeout, sender.send_request(req)).await {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(e)) => return Err(BackendError::Failed { backend: id(), source: Box::new(e) }),
+        Err(_) => return Err(BackendError::Timeout { backend: id(), after: response_timeout }),
+    };
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        let backend_upgrade = hyper::upgrade::on(&mut resp);
+        let registration = gateway.tunnels.register(spec.room.as_deref().map(Into::into), backend.id.clone());
+        let opts = gateway.tunnel_options();
+        tokio::spawn(tunnel(client_upgrade, backend_upgrade, registration, spec, opts));
+    }
+    Ok(resp)
+}
+
+/// Waits for both upgrades to complete, then relays until the tunnel ends.
+async fn tunnel(
+    client: OnUpgrade,
+    backend: OnUpgrade,
+    registration: Registration,
+    spec: TunnelSpec,
+    opts: TunnelOptions,
+) {
+    let (client_io, backend_io) = match tokio::join!(client, backend) {
+        (Ok(c), Ok(b)) => (TokioIo::new(c), TokioIo::new(b)),
+        (c, b) => {
+            let error = c.err().or(b.err()).map(|e| e.to_string());
+            tracing::debug!(error, "websocket upgrade did not complete");
+            return;
+        }
+    };
+    let start = Instant::now();
+    let stats = &spec.backend.stats;
+    stats.open_sockets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (pump_stats, ending) = relay::run(client_io, backend_io, registration.handle(), opts).await;
+    stats.open_sockets.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    access::websocket_closed(spec.client, spec.room.as_deref(), &spec.backend.id, start, &pump_stats, &ending);
+}

@@ -1,0 +1,310 @@
+//! Shared test helpers: in-process backends that report their id, roomgate on an injected
+//! 127.0.0.1:0 listener, and HTTP and WebSocket clients. Everything talks over real loopback
+//! sockets; start-up is awaited on signals, never on sleeps.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use roomgate::{Config, Listeners};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+type Body = BoxBody<Bytes, hyper::Error>;
+
+/// Every wait in the tests is bounded by this.
+pub const LIMIT: Duration = Duration::from_secs(10);
+
+// === test backend ===
+
+/// An HTTP + WebSocket backend that reports its id.
+///
+/// HTTP: body and `X-Backend` header carry the id; `/echo-headers` answers with the request
+/// headers, one `name: value` per line; `/slow` never answers; `POST /echo` streams the request
+/// body back. WebSocket (any path without `refuse`): echoes messages; `id` is answered with
+/// `id:<id>`; `close:<code>` makes it close with that code. Paths with `refuse` get 403.
+pub struct TestBackend {
+    pub id: String,
+    pub addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl TestBackend {
+    pub async fn start(id: &str) -> TestBackend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let id_owned = id.to_owned();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let id = id_owned.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| backend_handle(id.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .with_upgrades()
+                        .await;
+                });
+            }
+        });
+        TestBackend { id: id.to_owned(), addr, task }
+    }
+
+    /// Stops accepting; the port is closed (connections get refused).
+    pub fn stop(self) {
+        self.task.abort();
+    }
+}
+
+pub async fn backends(n: usize) -> Vec<TestBackend> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        out.push(TestBackend::start(&format!("b{i}")).await);
+    }
+    out
+}
+
+fn full(status: StatusCode, id: &str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut resp = Response::new(Full::new(body.into()).map_err(|never| match never {}).boxed());
+    *resp.status_mut() = status;
+    resp.headers_mut().insert("x-backend", HeaderValue::from_str(id).unwrap());
+    resp
+}
+
+async fn backend_handle(id: String, mut req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let path = req.uri().path().to_owned();
+    if req.headers().contains_key(header::SEC_WEBSOCKET_KEY) {
+        if path.contains("refuse") {
+            return Ok(full(StatusCode::FORBIDDEN, &id, "origin refused"));
+        }
+        let key = req.headers()[header::SEC_WEBSOCKET_KEY].clone();
+        let on_upgrade = hyper::upgrade::on(&mut req);
+        let id2 = id.clone();
+        tokio::spawn(async move {
+            if let Ok(io) = on_upgrade.await {
+                let config = WebSocketConfig::default().max_message_size(Some(64 << 20));
+                let ws = WebSocketStream::from_raw_socket(TokioIo::new(io), Role::Server, Some(config)).await;
+                echo(ws, id2).await;
+            }
+        });
+        let mut resp = full(StatusCode::SWITCHING_PROTOCOLS, &id, Bytes::new());
+        let h = resp.headers_mut();
+        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert(header::SEC_WEBSOCKET_ACCEPT, HeaderValue::from_str(&derive_accept_key(key.as_bytes())).unwrap());
+        return Ok(resp);
+    }
+    match path.as_str() {
+        "/slow" => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(full(StatusCode::OK, &id, id.clone()))
+        }
+        "/echo-headers" => {
+            let text: String =
+                req.headers().iter().map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("?"))).collect();
+            Ok(full(StatusCode::OK, &id, text))
+        }
+        "/echo" => {
+            let mut resp = Response::new(req.into_body().boxed());
+            resp.headers_mut().insert("x-backend", HeaderValue::from_str(&id).unwrap());
+            Ok(resp)
+        }
+        _ => Ok(full(StatusCode::OK, &id, id.clone())),
+    }
+}
+
+async fn echo<S>(mut ws: WebSocketStream<S>, id: String)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    while let Some(Ok(msg)) = ws.next().await {
+        let reply = match msg {
+            Message::Text(t) if t.as_str() == "id" => Message::text(format!("id:{id}")),
+            Message::Text(t) if t.as_str().starts_with("close:") => {
+                let code: u16 = t.as_str()[6..].parse().unwrap();
+                let frame = CloseFrame { code: CloseCode::from(code), reason: "test close".into() };
+                let _ = ws.close(Some(frame)).await;
+                // Drain until the client's close reply ends the stream.
+                while let Some(Ok(_)) = ws.next().await {}
+                return;
+            }
+            Message::Close(_) => break,
+            m @ (Message::Text(_) | Message::Binary(_)) => m,
+            _ => continue,
+        };
+        if ws.send(reply).await.is_err() {
+            return;
+        }
+    }
+}
+
+// === roomgate under test ===
+
+/// roomgate running on an injected 127.0.0.1:0 listener.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Proxy {
+    pub async fn start(config_text: &str) -> Proxy {
+        let config = Config::from_toml(config_text, "test").unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(roomgate::run(Listeners { http: vec![listener] }, config, async move {
+            let _ = rx.await;
+        }));
+        Proxy { addr, shutdown: Some(tx), task }
+    }
+
+    /// Signals shutdown and waits for `run` to return.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        tokio::time::timeout(LIMIT, &mut self.task).await.unwrap().unwrap().unwrap();
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn ws_url(&self, path: &str) -> String {
+        format!("ws://{}{}", self.addr, path)
+    }
+}
+
+/// A config with `backends` (id, addr) and the given routes (TOML text), plus `extra` sections.
+pub fn config(backends: &[(&str, SocketAddr)], routes: &str, extra: &str) -> String {
+    let mut out = format!("[log]\naccess = false\nlevel = \"warn\"\n{extra}\n");
+    for (id, addr) in backends {
+        out.push_str(&format!("[[backends]]\nid = \"{id}\"\naddr = \"{addr}\"\n"));
+    }
+    out.push_str(routes);
+    out
+}
+
+pub fn backend_list(backends: &[TestBackend]) -> Vec<(&str, SocketAddr)> {
+    backends.iter().map(|b| (b.id.as_str(), b.addr)).collect()
+}
+
+/// The routes of the issue's example config.
+pub const ROUTES: &str = r#"
+[[routes]]
+prefix = "/room/"
+mode = "room"
+keys = ["path:^/room/(?P<room>[^/]+)/", "header:X-Room"]
+on_missing = "reject"
+affinity_cookie = "roomgate_room"
+
+[[routes]]
+prefix = "/ws/live/"
+mode = "room"
+keys = ["query:room", "header:X-Room", "cookie:roomgate_room"]
+
+[[routes]]
+prefix = "/api/"
+mode = "room"
+keys = ["header:X-Room", "cookie:room", "query:room"]
+on_missing = "shared"
+
+[[routes]]
+prefix = "/h/"
+mode = "room"
+keys = ["host:^(?P<room>[^.]+)\\.rooms\\.test$"]
+
+[[routes]]
+prefix = "/"
+mode = "shared"
+"#;
+
+// === clients ===
+
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+pub fn http_client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// A GET with extra headers; returns status, headers and body text.
+pub async fn get(client: &HttpClient, url: &str, headers: &[(&str, &str)]) -> (StatusCode, http::HeaderMap, String) {
+    let mut b = Request::get(url);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    send(client, b.body(Full::default()).unwrap()).await
+}
+
+pub async fn send(client: &HttpClient, req: Request<Full<Bytes>>) -> (StatusCode, http::HeaderMap, String) {
+    let resp = tokio::time::timeout(LIMIT, client.request(req)).await.expect("request timed out").unwrap();
+    let (parts, body) = resp.into_parts();
+    let bytes = tokio::time::timeout(LIMIT, body.collect()).await.unwrap().unwrap().to_bytes();
+    (parts.status, parts.headers, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Opens a WebSocket through roomgate with extra headers.
+pub async fn ws_connect(url: &str, headers: &[(&str, &str)]) -> Ws {
+    let mut req = url.into_client_request().unwrap();
+    for (k, v) in headers {
+        req.headers_mut()
+            .insert(http::HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+    }
+    let config = WebSocketConfig::default().max_message_size(Some(64 << 20));
+    let (ws, _) = tokio::time::timeout(LIMIT, tokio_tungstenite::connect_async_with_config(req, Some(config), true))
+        .await
+        .expect("connect timed out")
+        .unwrap();
+    ws
+}
+
+/// Asks the backend behind `ws` for its id.
+pub async fn ws_backend(ws: &mut Ws) -> String {
+    ws.send(Message::text("id")).await.unwrap();
+    match next(ws).await {
+        Message::Text(t) => t.as_str().strip_prefix("id:").unwrap().to_owned(),
+        other => panic!("expected id, got {other:?}"),
+    }
+}
+
+/// The next message, within the time limit.
+pub async fn next(ws: &mut Ws) -> Message {
+    tokio::time::timeout(LIMIT, ws.next()).await.expect("no message in time").expect("stream ended").unwrap()
+}
+
+/// Reads until the close frame and completes the close handshake, as a browser does; returns the
+/// code.
+pub async fn close_code(ws: &mut Ws) -> Option<u16> {
+    loop {
+        match tokio::time::timeout(LIMIT, ws.next()).await.expect("no close in time") {
+            Some(Ok(Message::Close(frame))) => {
+                // Polling on sends the close reply and waits for the end of the stream.
+                while let Ok(Some(Ok(_))) = tokio::time::timeout(LIMIT, ws.next()).await {}
+                return frame.map(|f| u16::from(f.code));
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => panic!("error before close: {e}"),
+            None => return None,
+        }
+    }
+}
