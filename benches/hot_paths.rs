@@ -1,1 +1,110 @@
-fn main() {}
+//! Criterion benches of the pure functions on the request path: placement, room key extraction
+//! and frame tracking. Inputs are built outside the measured closures.
+
+#![allow(clippy::unwrap_used)]
+
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use http::Request;
+use roomgate::placement::{Algorithm, Placement};
+use roomgate::relay::frame::FrameTracker;
+use roomgate::room_key::{self, KeySource, RequestView};
+
+fn placement(c: &mut Criterion) {
+    let keys: Vec<String> = (0..1024).map(|i| format!("room-{i:05}")).collect();
+    let mut group = c.benchmark_group("placement");
+    for algo in [Algorithm::Rendezvous, Algorithm::Ring] {
+        for n in [4usize, 16, 64] {
+            let ids: Vec<String> = (0..n).map(|i| format!("game-{i}")).collect();
+            let p = Placement::build(algo, 160, &ids);
+            let mut i = 0usize;
+            group.bench_with_input(BenchmarkId::new(algo.to_string(), n), &p, |b, p| {
+                b.iter(|| {
+                    i = (i + 1) & 1023;
+                    black_box(p.place(black_box(keys[i].as_bytes())))
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+fn key_extraction(c: &mut Criterion) {
+    let cases: Vec<(&str, Vec<KeySource>, http::request::Parts)> = vec![
+        ("header", vec!["header:X-Room".parse().unwrap()], parts("/api/state", &[("x-room", "room-12345")])),
+        (
+            "cookie",
+            vec!["cookie:roomgate_room".parse().unwrap()],
+            parts("/ws/live/", &[("cookie", "csrftoken=abcdefabcdef; sessionid=xyz123; roomgate_room=room-12345")]),
+        ),
+        ("query", vec!["query:room".parse().unwrap()], parts("/ws/live/?v=2&room=room-12345", &[])),
+        ("path", vec!["path:^/room/(?P<room>[^/]+)/".parse().unwrap()], parts("/room/room-12345/state", &[])),
+        (
+            "fallthrough-3",
+            vec![
+                "query:room".parse().unwrap(),
+                "header:X-Room".parse().unwrap(),
+                "cookie:roomgate_room".parse().unwrap(),
+            ],
+            parts("/ws/live/", &[("cookie", "roomgate_room=room-12345")]),
+        ),
+    ];
+    let mut group = c.benchmark_group("room_key");
+    for (name, sources, parts) in &cases {
+        let view = RequestView { uri: &parts.uri, headers: &parts.headers };
+        group.bench_function(*name, |b| b.iter(|| black_box(room_key::extract(black_box(sources), &view))));
+    }
+    group.finish();
+}
+
+fn parts(uri: &str, headers: &[(&str, &str)]) -> http::request::Parts {
+    let mut b = Request::builder().uri(uri);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.header("host", "game.example.com").header("user-agent", "bench").body(()).unwrap().into_parts().0
+}
+
+fn frame_tracking(c: &mut Criterion) {
+    // djust-like traffic: small masked text frames from a client, larger ones from the server.
+    let small: Vec<u8> = masked_frames(100, 256);
+    let large: Vec<u8> = unmasked_frame(1 << 20);
+    let mut group = c.benchmark_group("frame_tracker");
+    group.throughput(Throughput::Bytes(small.len() as u64));
+    group.bench_function("256 frames of 100 B, one chunk", |b| {
+        b.iter(|| {
+            let mut t = FrameTracker::new();
+            black_box(t.feed(black_box(&small)).unwrap())
+        })
+    });
+    group.throughput(Throughput::Bytes(large.len() as u64));
+    group.bench_function("1 MiB frame in 32 KiB chunks", |b| {
+        b.iter(|| {
+            let mut t = FrameTracker::new();
+            for chunk in large.chunks(32 * 1024) {
+                black_box(t.feed(black_box(chunk)).unwrap());
+            }
+        })
+    });
+    group.finish();
+}
+
+fn masked_frames(len: usize, count: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    for _ in 0..count {
+        out.extend_from_slice(&[0x81, 0x80 | len as u8, 1, 2, 3, 4]);
+        out.extend(std::iter::repeat_n(b'x', len));
+    }
+    out
+}
+
+fn unmasked_frame(len: usize) -> Vec<u8> {
+    let mut out = vec![0x82, 127];
+    out.extend_from_slice(&(len as u64).to_be_bytes());
+    out.resize(out.len() + len, 0);
+    out
+}
+
+criterion_group!(benches, placement, key_extraction, frame_tracking);
+criterion_main!(benches);

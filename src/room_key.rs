@@ -452,3 +452,34 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any request line and header bytes: extraction returns, never panics, and whatever it
+        /// accepts is a valid key.
+        #[test]
+        fn arbitrary_requests_never_panic(path in "/[ -~]{0,80}", query in proptest::option::of("[ -~]{0,80}"),
+                                          header in proptest::collection::vec(any::<u8>(), 0..160),
+                                          cookie in "[ -~]{0,160}", host in "[ -~]{0,40}") {
+            let uri = match &query { Some(q) => format!("{path}?{q}"), None => path.clone() };
+            let Ok(uri) = uri.parse::<Uri>() else { return Ok(()) };
+            let mut headers = HeaderMap::new();
+            if let Ok(v) = http::HeaderValue::from_bytes(&header) { headers.insert("x-room", v); }
+            if let Ok(v) = http::HeaderValue::from_str(&cookie) { headers.insert(header::COOKIE, v); }
+            if let Ok(v) = http::HeaderValue::from_str(&host) { headers.insert(header::HOST, v); }
+            let sources: Vec<KeySource> = ["header:x-room", "cookie:room", "query:room", "path:^/(?P<room>[^/]*)", "host:^(?P<room>[^.]*)"]
+                .iter().map(|s| s.parse().unwrap()).collect();
+            for i in 0..sources.len() {
+                let view = RequestView { uri: &uri, headers: &headers };
+                if let Ok(Some(found)) = extract(&sources[i..], &view) {
+                    let k = found.key.as_str();
+                    prop_assert!(!k.is_empty() && k.len() <= MAX_KEY_LEN && k.bytes().all(|b| b.is_ascii_graphic()));
+                }
+            }
+        }
+    }
+}

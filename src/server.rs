@@ -91,7 +91,7 @@ async fn accept_loop(
             },
             () = stop.cancelled() => return,
         };
-        let span = tracing::info_span!("conn", client.addr = %client);
+        let span = tracing::info_span!("conn", client.addr = %client, room = tracing::field::Empty, backend = tracing::field::Empty);
         let conn = serve(stream, client, gateway.clone(), http.clone(), stop.clone());
         connections.spawn(conn.instrument(span));
     }

@@ -116,3 +116,13 @@ fn listen_accepts_one_or_many() {
         Config::from_toml(&format!("[server]\ntrusted_proxies = [\"10.1.2.3/8\", \"::1\"]\n{MINIMAL}"), "t").unwrap();
     assert_eq!(c.server.trusted_proxies[0].to_string(), "10.0.0.0/8");
 }
+
+proptest::proptest! {
+    /// Arbitrary text never panics the config loader: it is a config or an error with a message.
+    #[test]
+    fn arbitrary_text_never_panics(text in "[\\[\\]a-z_=\"\\n .:/0-9{},]{0,300}") {
+        if let Err(e) = Config::from_toml(&text, "fuzz") {
+            proptest::prop_assert!(!e.message.is_empty());
+        }
+    }
+}

@@ -106,6 +106,9 @@ impl Gateway {
         let (route_index, route) = config.route_for(req.uri().path()).ok_or(ClientError::NoRoute)?;
         let target = choose(snap, route, &req)?;
         target.backend.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let span = tracing::Span::current();
+        span.record("room", target.room.as_deref());
+        span.record("backend", &*target.backend.id);
         if let Some(r) = record.as_mut() {
             r.route = Some(route_index);
             r.room.clone_from(&target.room);

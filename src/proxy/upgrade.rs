@@ -11,6 +11,7 @@ use http_body_util::Empty;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tracing::Instrument;
 
 use super::Gateway;
 use super::access;
@@ -68,7 +69,8 @@ pub async fn forward(
         let backend_upgrade = hyper::upgrade::on(&mut resp);
         let registration = gateway.tunnels.register(spec.room.as_deref().map(Into::into), backend.id.clone());
         let opts = gateway.tunnel_options();
-        tokio::spawn(tunnel(client_upgrade, backend_upgrade, registration, spec, opts));
+        let span = tracing::info_span!("tunnel", room = spec.room.as_deref(), backend = %backend.id);
+        tokio::spawn(tunnel(client_upgrade, backend_upgrade, registration, spec, opts).instrument(span));
     }
     Ok(resp)
 }

@@ -1,0 +1,23 @@
+# roomgate: multi-stage build, small non-root runtime image.
+#   docker build -t roomgate .
+#   docker run --rm -p 8080:8080 -v $PWD/roomgate.toml:/etc/roomgate/roomgate.toml:ro roomgate
+# The image serves /etc/roomgate/roomgate.toml: the embedded default config, listening on 0.0.0.0:8080.
+
+FROM rust:1.95-slim-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock rustfmt.toml clippy.toml ./
+COPY src src
+COPY config config
+COPY benches benches
+RUN cargo build --release --locked --bin roomgate \
+ && sed 's/^listen = "127.0.0.1:8080"/listen = "0.0.0.0:8080"/' config/roomgate.toml > /src/roomgate.toml \
+ && grep -q '^listen = "0.0.0.0:8080"' /src/roomgate.toml
+
+# distroless/cc: glibc and CA certificates, no shell, runs as uid 65532 ("nonroot").
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /src/target/release/roomgate /usr/local/bin/roomgate
+COPY --from=build /src/roomgate.toml /etc/roomgate/roomgate.toml
+USER nonroot
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/roomgate"]
+CMD ["run", "--config", "/etc/roomgate/roomgate.toml"]
