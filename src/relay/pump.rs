@@ -147,6 +147,15 @@ where
         self.activity
     }
 
+    /// One side has ended its stream and the other has sent its close frame, all of it written:
+    /// nothing legitimate can follow, so the tunnel ends without waiting for the second end of
+    /// stream (a client that never closes its TCP connection would otherwise hold the tunnel).
+    fn handshake_over(&self) -> bool {
+        let said_goodbye = |d: &Direction| d.tracker.close_code().is_some() && d.pending.is_empty();
+        (self.down.phase == Phase::Done && said_goodbye(&self.up))
+            || (self.up.phase == Phase::Done && said_goodbye(&self.down))
+    }
+
     /// A peer broke the framing: stop reading it, tell it 1002 at the next boundary of the other
     /// direction, and close the other peer's connection.
     fn on_frame_error(&mut self, side: Side, err: FrameError) {
@@ -189,7 +198,7 @@ where
             if again {
                 continue;
             }
-            if this.up.phase == Phase::Done && this.down.phase == Phase::Done {
+            if (this.up.phase == Phase::Done && this.down.phase == Phase::Done) || this.handshake_over() {
                 return Poll::Ready(Ok(this.stats()));
             }
             return Poll::Pending;

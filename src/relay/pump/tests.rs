@@ -180,3 +180,17 @@ async fn large_payloads_relay_intact_under_backpressure() {
     let stats = tokio::time::timeout(std::time::Duration::from_secs(5), task).await.unwrap().unwrap().unwrap();
     assert_eq!(stats.bytes_down, 10 + data.len() as u64);
 }
+
+#[tokio::test]
+async fn ends_when_the_handshake_is_over_even_if_the_client_lingers() {
+    let (mut client, mut backend, pump) = setup().await;
+    let task = tokio::spawn(pump);
+    client.write_all(&frame(OP_CLOSE, &1000u16.to_be_bytes(), Some(M))).await.unwrap();
+    let (_, code) = read_until_close(&mut backend).await;
+    assert_eq!(code, Some(1000));
+    // The backend ends its stream without even replying; the client keeps its connection open.
+    backend.shutdown().await.unwrap();
+    let stats = tokio::time::timeout(std::time::Duration::from_secs(5), task).await.unwrap().unwrap().unwrap();
+    assert_eq!(stats.client_close, Some(1000));
+    drop(client);
+}
