@@ -161,6 +161,8 @@ impl DemoBackend {
                 },
             }
         }
+        // Completes the close handshake (or starts one, if the client just went away).
+        let _ = sink.close().await;
         self.join(&room, -1);
     }
 
