@@ -16,10 +16,15 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod backends;
 pub mod config;
+pub mod control;
 pub mod demo;
+pub mod directory;
 pub mod error;
+pub mod health;
+pub mod metrics;
 pub mod placement;
 pub mod proxy;
 pub mod relay;
@@ -28,4 +33,4 @@ pub mod server;
 pub mod snapshot;
 
 pub use config::Config;
-pub use server::{Listeners, run};
+pub use server::{Listeners, Server, run};

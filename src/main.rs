@@ -4,12 +4,16 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use roomgate::config::{Config, LogFormat};
+use roomgate::admin::{DrainOptions, drain_command};
+use roomgate::config::{Config, LogFormat, parse_duration};
+use roomgate::control::Control;
 use roomgate::demo::DemoBackend;
-use roomgate::{Listeners, run};
+use roomgate::{Listeners, Server};
 use tokio::net::{TcpListener, TcpSocket};
 
 /// Exit code for a bad config or command line (EX_USAGE).
@@ -43,6 +47,28 @@ enum Command {
     },
     /// Start three demo backends and serve the embedded default config in front of them.
     Demo,
+    /// Drain a backend before a deploy: it gets no new rooms; its live rooms stay until they
+    /// empty or the deadline closes them (1012) and moves them. With --wait, exits 0 once it holds
+    /// no live room and no socket, 1 with the count left on timeout, 2 if the admin API fails.
+    Drain {
+        /// Backend id.
+        id: String,
+        /// Wait until the backend is empty.
+        #[arg(long)]
+        wait: bool,
+        /// Deadline for the rooms still live (default: the server's [drain] deadline).
+        #[arg(long, value_parser = parse_duration)]
+        deadline: Option<std::time::Duration>,
+        /// How long --wait waits (default: the deadline plus 1m, or 10m).
+        #[arg(long, value_parser = parse_duration)]
+        timeout: Option<std::time::Duration>,
+        /// Admin API address.
+        #[arg(long, default_value = "127.0.0.1:9901")]
+        admin: SocketAddr,
+        /// Admin token (or ROOMGATE_ADMIN_TOKEN).
+        #[arg(long, env = "ROOMGATE_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -59,6 +85,14 @@ fn main() -> ExitCode {
         }
         Command::Run { config, workers } => (config, workers, false),
         Command::Demo => (None, None, true),
+        Command::Drain { id, wait, deadline, timeout, admin, token } => {
+            let timeout = timeout.unwrap_or(deadline.map_or(Duration::from_secs(600), |d| d + Duration::from_secs(60)));
+            let opts = DrainOptions { backend: id, admin, token, deadline, wait, timeout };
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return ExitCode::from(2);
+            };
+            return ExitCode::from(rt.block_on(drain_command(&opts)));
+        }
     };
     let mut config = match load(config_path.as_ref()) {
         Ok(c) => c,
@@ -114,11 +148,17 @@ fn serve(config: Config, demo: bool) -> anyhow::Result<()> {
         for addr in &config.server.listen {
             http.push(bind(*addr).with_context(|| format!("cannot listen on {addr}"))?);
         }
+        let admin_addr = config.admin.listen;
+        let admin = Some(bind(admin_addr).with_context(|| format!("cannot listen on {admin_addr} (admin API)"))?);
         if demo {
             let addr = config.server.listen[0];
-            println!("roomgate demo: open http://{addr}/ (Ctrl-C stops)");
+            println!(
+                "roomgate demo: open http://{addr}/ (admin API on http://{admin_addr}/admin/status; Ctrl-C stops)"
+            );
         }
-        run(Listeners { http }, config, shutdown_signal()).await
+        let server = Server::new(config);
+        tokio::spawn(reload_on_sighup(server.control()));
+        server.serve(Listeners { http, admin }, shutdown_signal()).await
     })
 }
 
@@ -136,6 +176,21 @@ async fn start_demo_backends(config: &Config) -> anyhow::Result<()> {
         tracing::info!(backend = %b.id, addr = %b.addr, "demo backend started");
     }
     Ok(())
+}
+
+/// SIGHUP reloads the config file; a failed reload is logged and the config in force stays.
+async fn reload_on_sighup(control: Arc<Control>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot install the SIGHUP handler; reload through the admin API");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP received: reloading the config");
+        if let Err(e) = control.reload().await {
+            tracing::warn!(error = %e, "reload on SIGHUP failed");
+        }
+    }
 }
 
 async fn shutdown_signal() {

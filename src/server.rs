@@ -15,31 +15,76 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::config::Config;
+use crate::control::Control;
+use crate::directory::MemoryDirectory;
 use crate::proxy::Gateway;
 use crate::relay::CLOSE_GOING_AWAY;
 
 /// The sockets roomgate serves on, bound by the caller (`main`, or a test on port 0).
 pub struct Listeners {
     pub http: Vec<TcpListener>,
+    /// The admin API; `None`: no admin API.
+    pub admin: Option<TcpListener>,
 }
 
 /// Serves `listeners` with `config` until `shutdown` resolves; then stops accepting, lets requests
 /// in flight finish, closes every WebSocket with 1001 at a frame boundary, and returns once all
 /// are done or `[shutdown] grace` has passed.
 pub async fn run(listeners: Listeners, config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let grace = config.shutdown.grace;
-    let gateway = Gateway::new(config);
-    let http = http_builder(&gateway.snapshot().config);
-    let stop = CancellationToken::new();
-    let connections = TaskTracker::new();
-    for listener in listeners.http {
-        let addr = listener.local_addr()?;
-        tracing::info!(%addr, "listening");
-        let accept = accept_loop(listener, gateway.clone(), http.clone(), stop.clone(), connections.clone());
-        connections.spawn(accept);
+    Server::new(config).serve(listeners, shutdown).await
+}
+
+/// A roomgate instance: its state, and the handle to change it while it runs (reloads, drains).
+pub struct Server {
+    control: Arc<Control>,
+}
+
+impl Server {
+    pub fn new(config: Config) -> Server {
+        let gateway = Gateway::new(config, Arc::new(MemoryDirectory::new()));
+        Server { control: Control::new(gateway) }
     }
 
-    shutdown.await;
+    /// Reloads, drains and the state behind the admin API.
+    pub fn control(&self) -> Arc<Control> {
+        self.control.clone()
+    }
+
+    /// See [`run`].
+    pub async fn serve(self, listeners: Listeners, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let gateway = self.control.gateway().clone();
+        let config = gateway.snapshot().config.clone();
+        let http = http_builder(&config);
+        let stop = CancellationToken::new();
+        let connections = TaskTracker::new();
+        for listener in listeners.http {
+            let addr = listener.local_addr()?;
+            tracing::info!(%addr, "listening");
+            let accept = accept_loop(listener, gateway.clone(), http.clone(), stop.clone(), connections.clone());
+            connections.spawn(accept);
+        }
+        if let Some(admin) = listeners.admin {
+            connections.spawn(crate::admin::serve(admin, self.control.clone(), stop.clone()));
+        }
+        let background = [
+            tokio::spawn(self.control.clone().maintain()),
+            tokio::spawn(self.control.clone().watch()),
+            tokio::spawn(crate::health::run_checks(gateway.clone())),
+        ];
+        shutdown.await;
+        for task in &background {
+            task.abort();
+        }
+        finish(gateway, stop, connections, config.shutdown.grace).await
+    }
+}
+
+async fn finish(
+    gateway: Arc<Gateway>,
+    stop: CancellationToken,
+    connections: TaskTracker,
+    grace: Duration,
+) -> anyhow::Result<()> {
     let sockets = gateway.tunnels.close_all(CLOSE_GOING_AWAY);
     tracing::info!(websockets = sockets, grace = ?grace, "shutting down");
     stop.cancel();

@@ -31,6 +31,16 @@ pub struct File {
     #[serde(default)]
     pub shutdown: ShutdownSection,
     #[serde(default)]
+    pub rooms: RoomsSection,
+    #[serde(default)]
+    pub health: HealthSection,
+    #[serde(default)]
+    pub drain: DrainSection,
+    #[serde(default)]
+    pub admin: AdminSection,
+    #[serde(default)]
+    pub reload: ReloadSection,
+    #[serde(default)]
     pub backends: Vec<Spanned<BackendEntry>>,
     #[serde(default)]
     pub routes: Vec<Spanned<RouteEntry>>,
@@ -87,6 +97,44 @@ pub struct LogSection {
 #[serde(deny_unknown_fields, default)]
 pub struct ShutdownSection {
     pub grace: HumanDuration,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoomsSection {
+    pub linger: HumanDuration,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthSection {
+    pub path: Option<Spanned<String>>,
+    pub interval: Spanned<HumanDuration>,
+    pub timeout: Spanned<HumanDuration>,
+    pub rise: Spanned<u32>,
+    pub fall: Spanned<u32>,
+    pub cooldown: Spanned<HumanDuration>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DrainSection {
+    pub deadline: HumanDuration,
+    pub spread: HumanDuration,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminSection {
+    pub listen: Spanned<SocketAddr>,
+    pub token: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReloadSection {
+    pub watch: bool,
+    pub interval: Spanned<HumanDuration>,
 }
 
 #[derive(Deserialize)]
@@ -195,6 +243,43 @@ impl Default for PlacementSection {
 impl Default for LogSection {
     fn default() -> Self {
         LogSection { format: LogFormat::Text, level: Spanned::new(0..0, "info".to_owned()), access: true }
+    }
+}
+
+impl Default for RoomsSection {
+    fn default() -> Self {
+        RoomsSection { linger: secs(60) }
+    }
+}
+
+impl Default for HealthSection {
+    fn default() -> Self {
+        HealthSection {
+            path: None,
+            interval: Spanned::new(0..0, secs(2)),
+            timeout: Spanned::new(0..0, secs(1)),
+            rise: Spanned::new(0..0, 2),
+            fall: Spanned::new(0..0, 3),
+            cooldown: Spanned::new(0..0, secs(10)),
+        }
+    }
+}
+
+impl Default for DrainSection {
+    fn default() -> Self {
+        DrainSection { deadline: secs(300), spread: secs(10) }
+    }
+}
+
+impl Default for AdminSection {
+    fn default() -> Self {
+        AdminSection { listen: Spanned::new(0..0, SocketAddr::from(([127, 0, 0, 1], 9901))), token: None }
+    }
+}
+
+impl Default for ReloadSection {
+    fn default() -> Self {
+        ReloadSection { watch: true, interval: Spanned::new(0..0, secs(1)) }
     }
 }
 

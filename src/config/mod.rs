@@ -36,6 +36,54 @@ pub struct Config {
     pub routes: Vec<Route>,
     pub log: Log,
     pub shutdown: Shutdown,
+    pub rooms: Rooms,
+    pub health: Health,
+    pub drain: Drain,
+    pub admin: Admin,
+    pub reload: Reload,
+    /// The file it was read from, for reloads; `None` for the embedded default.
+    pub path: Option<std::path::PathBuf>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rooms {
+    /// How long a room keeps its owner after its last connection closes (reconnect window).
+    pub linger: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Health {
+    /// Active checks: GET this path on every backend. `None`: passive checks only.
+    pub path: Option<String>,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive successes that bring a down backend back.
+    pub rise: u32,
+    /// Consecutive failures that take a backend down.
+    pub fall: u32,
+    /// With passive checks only: how long a backend taken down by failed requests stays out.
+    pub cooldown: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Drain {
+    /// Default deadline of a drain, and of the drain of a backend removed from the config.
+    pub deadline: Duration,
+    /// Room closes at a drain deadline are spread over this long.
+    pub spread: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Admin {
+    pub listen: SocketAddr,
+    pub token: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reload {
+    /// Reload when the config file changes.
+    pub watch: bool,
+    pub interval: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -126,7 +174,9 @@ impl Config {
             line: None,
             message: format!("cannot read the file: {e}"),
         })?;
-        Config::from_toml(&text, &origin)
+        let mut config = Config::from_toml(&text, &origin)?;
+        config.path = Some(path.to_owned());
+        Ok(config)
     }
 
     /// The embedded default configuration.
@@ -185,8 +235,19 @@ impl Validator<'_> {
         if *f.server.workers.get_ref() > 1024 {
             return Err(self.err(&f.server.workers, "server.workers: at most 1024".into()));
         }
+        let admin = self.admin(&f.admin)?;
+        let health = self.health(&f.health)?;
+        if f.reload.interval.get_ref().0.is_zero() {
+            return Err(self.err(&f.reload.interval, "reload.interval must be more than 0".into()));
+        }
         Ok(Config {
             origin: origin.to_owned(),
+            path: None,
+            rooms: Rooms { linger: f.rooms.linger.0 },
+            health,
+            drain: Drain { deadline: f.drain.deadline.0, spread: f.drain.spread.0 },
+            admin,
+            reload: Reload { watch: f.reload.watch, interval: f.reload.interval.get_ref().0 },
             server: Server {
                 listen: f.server.listen.0,
                 trusted_proxies: f.server.trusted_proxies.into_iter().map(|t| t.0).collect(),
@@ -203,6 +264,52 @@ impl Validator<'_> {
             routes: self.routes(f.routes)?,
             log: Log { format: f.log.format, level, access: f.log.access },
             shutdown: Shutdown { grace: f.shutdown.grace.0 },
+        })
+    }
+
+    fn admin(&self, a: &file::AdminSection) -> Result<Admin, ConfigError> {
+        let token = a.token.as_ref().map(|t| t.get_ref().clone()).filter(|t| !t.is_empty());
+        if let Some(t) = &a.token
+            && t.get_ref().len() < 16
+            && !t.get_ref().is_empty()
+        {
+            return Err(self.err(t, "admin.token is too short: use at least 16 characters".into()));
+        }
+        let listen = *a.listen.get_ref();
+        if !listen.ip().is_loopback() && token.is_none() {
+            return Err(self.err(
+                &a.listen,
+                format!(
+                    "admin.listen = \"{listen}\" is not a loopback address: set admin.token to expose the admin API"
+                ),
+            ));
+        }
+        Ok(Admin { listen, token })
+    }
+
+    fn health(&self, h: &file::HealthSection) -> Result<Health, ConfigError> {
+        if let Some(p) = &h.path
+            && !p.get_ref().starts_with('/')
+        {
+            return Err(self.err(p, format!("health.path = {:?} must start with '/'", p.get_ref())));
+        }
+        for (name, v) in [("rise", &h.rise), ("fall", &h.fall)] {
+            if !(1..=100).contains(v.get_ref()) {
+                return Err(self.err(v, format!("health.{name} = {}: expected 1 to 100", v.get_ref())));
+            }
+        }
+        for (name, d) in [("interval", &h.interval), ("timeout", &h.timeout), ("cooldown", &h.cooldown)] {
+            if d.get_ref().0.is_zero() {
+                return Err(self.err(d, format!("health.{name} must be more than 0")));
+            }
+        }
+        Ok(Health {
+            path: h.path.as_ref().map(|p| p.get_ref().clone()),
+            interval: h.interval.get_ref().0,
+            timeout: h.timeout.get_ref().0,
+            rise: *h.rise.get_ref(),
+            fall: *h.fall.get_ref(),
+            cooldown: h.cooldown.get_ref().0,
         })
     }
 

@@ -11,6 +11,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use super::access::AccessRecord;
+use crate::directory::Presence;
 
 /// A request body on its way to a backend, counting its bytes when someone reads the count.
 pub struct RequestBody {
@@ -22,6 +23,8 @@ pub struct RequestBody {
 pub struct ResponseBody {
     inner: Inner,
     log: Option<Box<AccessRecord>>,
+    /// Keeps the room live while the response streams.
+    presence: Option<Presence>,
 }
 
 enum Inner {
@@ -65,15 +68,15 @@ impl Body for RequestBody {
 
 impl ResponseBody {
     pub fn upstream(body: Incoming) -> Self {
-        ResponseBody { inner: Inner::Upstream(body), log: None }
+        ResponseBody { inner: Inner::Upstream(body), log: None, presence: None }
     }
 
     pub fn local(bytes: Bytes) -> Self {
-        ResponseBody { inner: Inner::Local(Some(bytes)), log: None }
+        ResponseBody { inner: Inner::Local(Some(bytes)), log: None, presence: None }
     }
 
     pub fn empty() -> Self {
-        ResponseBody { inner: Inner::Local(None), log: None }
+        ResponseBody { inner: Inner::Local(None), log: None, presence: None }
     }
 
     /// Attaches the access record written when this body ends.
@@ -82,7 +85,14 @@ impl ResponseBody {
         self
     }
 
+    /// Attaches the room presence released when this body ends.
+    pub fn with_presence(mut self, presence: Option<Presence>) -> Self {
+        self.presence = presence;
+        self
+    }
+
     fn finish(&mut self, complete: bool) {
+        self.presence = None;
         if let Some(log) = self.log.take() {
             log.emit(complete);
         }

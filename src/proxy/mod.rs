@@ -1,5 +1,6 @@
-//! The request path, as named steps: check the head, pick the route, find the room key, place it,
-//! then forward over HTTP or upgrade to a WebSocket tunnel.
+//! The request path, as named steps: check the head, pick the route, find the room key, find the
+//! room's owner (directory first, placement for new rooms), then forward over HTTP or upgrade to a
+//! WebSocket tunnel.
 
 mod access;
 mod body;
@@ -25,16 +26,21 @@ use self::http::Upstream;
 use self::upgrade::TunnelSpec;
 use crate::backends::Backend;
 use crate::config::{Config, OnMissing, Route, RouteMode};
+use crate::directory::{Presence, RoomDirectory, Use};
 use crate::error::{BackendError, ClientError, ProxyError, respond};
-use crate::relay::{TunnelOptions, Tunnels};
+use crate::metrics::{Metrics, RequestLabels};
+use crate::relay::{CLOSE_SERVICE_RESTART, TunnelOptions, Tunnels};
 use crate::room_key::{self, RequestView};
 use crate::snapshot::Snapshot;
 
-/// Everything the request path shares: the current snapshot, the upstream pool, open tunnels.
+/// Everything the request path shares: the current snapshot, the room directory, the upstream
+/// pool, open tunnels and metrics.
 pub struct Gateway {
     snapshot: ArcSwap<Snapshot>,
     upstream: Upstream,
+    pub directory: Arc<dyn RoomDirectory>,
     pub tunnels: Arc<Tunnels>,
+    pub metrics: Metrics,
 }
 
 /// Where a request goes.
@@ -46,18 +52,25 @@ struct Target {
 }
 
 impl Gateway {
-    pub fn new(config: Config) -> Arc<Gateway> {
+    pub fn new(config: Config, directory: Arc<dyn RoomDirectory>) -> Arc<Gateway> {
         let upstream = Upstream::new(&config);
         Arc::new(Gateway {
             snapshot: ArcSwap::from_pointee(Snapshot::build(config, 1)),
             upstream,
+            directory,
             tunnels: Arc::new(Tunnels::default()),
+            metrics: Metrics::new(),
         })
     }
 
     /// The snapshot in force now.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot.load_full()
+    }
+
+    /// Makes `next` the snapshot in force. Requests already running keep the one they loaded.
+    pub fn publish(&self, next: Snapshot) {
+        self.snapshot.store(Arc::new(next));
     }
 
     pub fn tunnel_options(&self) -> TunnelOptions {
@@ -83,28 +96,38 @@ impl Gateway {
                 error: None,
             })
         });
-        match self.proxy(&snap, req, client, &mut record).await {
+        let mut route_label: Arc<str> = Arc::from("none");
+        let mut backend_label: Arc<str> = Arc::from("none");
+        let resp = match self.proxy(&snap, req, client, &mut record, &mut route_label, &mut backend_label).await {
             Ok(resp) => {
                 if let Some(r) = record.as_mut() {
                     r.status = resp.status().as_u16();
                 }
-                resp.map(|body| body.with_log(record))
+                let (parts, body) = resp.into_parts();
+                Response::from_parts(parts, body.with_log(record))
             }
             Err(err) => error_response(&err, record, client),
-        }
+        };
+        let labels = RequestLabels { route: route_label, status: resp.status().as_u16(), backend: backend_label };
+        self.metrics.request(&labels);
+        resp
     }
 
     async fn proxy(
         self: &Arc<Self>,
         snap: &Snapshot,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
         client: SocketAddr,
         record: &mut Option<Box<AccessRecord>>,
+        route_label: &mut Arc<str>,
+        backend_label: &mut Arc<str>,
     ) -> Result<Response<ResponseBody>, ProxyError> {
         let config = &snap.config;
         check_head(&req, config)?;
         let (route_index, route) = config.route_for(req.uri().path()).ok_or(ClientError::NoRoute)?;
-        let target = choose(snap, route, &req)?;
+        *route_label = route.prefix.as_str().into();
+        let target = self.choose(snap, route, &req).await?;
+        *backend_label = target.backend.id.clone();
         target.backend.stats.requests.fetch_add(1, Ordering::Relaxed);
         let span = tracing::Span::current();
         span.record("room", target.room.as_deref());
@@ -114,21 +137,27 @@ impl Gateway {
             r.room.clone_from(&target.room);
             r.backend = Some(target.backend.id.clone());
         }
-        let mut req = req;
         let client_upgrade = headers::is_websocket_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         headers::remove_hop_by_hop(&mut parts.headers);
         let trusted = headers::is_trusted(client.ip(), &config.server.trusted_proxies);
         headers::set_forwarded(&mut parts.headers, client.ip(), trusted, "http");
 
-        let mut resp = if let Some(client_upgrade) = client_upgrade {
-            self.upgrade(parts, client_upgrade, &target, client, config).await?
-        } else {
-            let counted = record.as_ref().map(|r| r.bytes_in.clone());
-            let req = Request::from_parts(parts, RequestBody::new(body, counted));
-            let resp = self.upstream.send(req, &target.backend, config.timeouts.upstream_response).await?;
-            resp.map(ResponseBody::upstream)
+        let started = Instant::now();
+        let result = match client_upgrade {
+            Some(client_upgrade) => self.upgrade(parts, client_upgrade, &target, client, config).await,
+            None => {
+                let presence = self.presence(&target, Use::Request);
+                let counted = record.as_ref().map(|r| r.bytes_in.clone());
+                let req = Request::from_parts(parts, RequestBody::new(body, counted));
+                self.upstream
+                    .send(req, &target.backend, config.timeouts.upstream_response)
+                    .await
+                    .map(|resp| resp.map(|b| ResponseBody::upstream(b).with_presence(presence)))
+            }
         };
+        self.observe_backend(snap, &target.backend, &result, started);
+        let mut resp = result?;
         if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
             headers::remove_hop_by_hop(resp.headers_mut());
         }
@@ -136,6 +165,106 @@ impl Gateway {
             resp.headers_mut().append(header::SET_COOKIE, cookie);
         }
         Ok(resp)
+    }
+
+    /// Passive health and latency: a backend that could not be reached counts a failure.
+    fn observe_backend<T>(
+        &self,
+        snap: &Snapshot,
+        backend: &Arc<Backend>,
+        result: &Result<T, BackendError>,
+        started: Instant,
+    ) {
+        let h = &snap.config.health;
+        let transition = match result {
+            Ok(_) => {
+                self.metrics.upstream_latency(&backend.id, started.elapsed());
+                backend.record_success(h.rise)
+            }
+            Err(BackendError::Connect { .. } | BackendError::Failed { .. }) => {
+                backend.record_failure(h.fall, h.cooldown)
+            }
+            Err(_) => None,
+        };
+        if let Some(t) = transition {
+            crate::health::log_transition(self, backend, t, "requests");
+        }
+    }
+
+    /// Counts a connection of the target's room, if it has one.
+    fn presence(&self, target: &Target, kind: Use) -> Option<Presence> {
+        let room = target.room.as_deref()?;
+        Some(Presence::new(self.directory.clone(), room, target.backend.id.clone(), kind))
+    }
+
+    /// Picks the backend: the room's owner on a room route, the shared pool otherwise.
+    async fn choose(&self, snap: &Snapshot, route: &Route, req: &Request<Incoming>) -> Result<Target, ProxyError> {
+        let shared = || -> Result<Target, ProxyError> {
+            let backend = snap.next_shared().ok_or(BackendError::NoBackends)?.clone();
+            Ok(Target { backend, room: None, set_cookie: None })
+        };
+        if route.mode == RouteMode::Shared {
+            return shared();
+        }
+        let view = RequestView { uri: req.uri(), headers: req.headers() };
+        let Some(found) = room_key::extract(&route.keys, &view).map_err(ClientError::BadKey)? else {
+            return match route.on_missing {
+                OnMissing::Shared => shared(),
+                OnMissing::Reject => Err(ClientError::MissingKey {
+                    prefix: route.prefix.clone(),
+                    sources: route.keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", "),
+                }
+                .into()),
+            };
+        };
+        let key = found.key.as_str();
+        let backend = self.owner(snap, key).await?;
+        let set_cookie = route.affinity_cookie.as_deref().and_then(|name| affinity_cookie(req, name, key));
+        Ok(Target { backend, room: Some(key.to_owned()), set_cookie })
+    }
+
+    /// The room's owner: the directory's while the room is live or lingering and its owner is up;
+    /// otherwise the first backend of its placement order that takes new rooms.
+    async fn owner(&self, snap: &Snapshot, key: &str) -> Result<Arc<Backend>, BackendError> {
+        let passive = snap.passive_only();
+        // Another request may re-place the room between our look and our write; a few rounds
+        // always settle it.
+        for _ in 0..4 {
+            if let Some(id) = self.directory.owner(key) {
+                match snap.backend(&id) {
+                    // A draining backend keeps its live rooms; an empty one moves.
+                    Some(b) if b.is_up(passive) && (!b.is_draining() || self.is_live(key)) => return Ok(b.clone()),
+                    _ => {
+                        let next = snap.place_new(key.as_bytes()).ok_or(BackendError::NoBackends)?;
+                        if *next.id == *id || self.move_room(key, &id, next) {
+                            return Ok(next.clone());
+                        }
+                        continue;
+                    }
+                }
+            }
+            let candidate = snap.place_new(key.as_bytes()).ok_or(BackendError::NoBackends)?;
+            let owner = self.directory.place_if_absent(key, &candidate.id).await;
+            if let Some(b) = snap.backend(&owner) {
+                return Ok(b.clone());
+            }
+        }
+        snap.place_new(key.as_bytes()).cloned().ok_or(BackendError::NoBackends)
+    }
+
+    fn is_live(&self, key: &str) -> bool {
+        self.directory.get(key).is_some_and(|r| r.live)
+    }
+
+    /// Moves a room to `to` as a whole: the directory first, so reconnects land on `to`, then its
+    /// sockets still open on the old owner are closed with 1012.
+    pub fn move_room(&self, key: &str, from: &str, to: &Arc<Backend>) -> bool {
+        if !self.directory.reassign(key, from, &to.id) {
+            return false;
+        }
+        let closed = self.tunnels.close_room(key, from, CLOSE_SERVICE_RESTART);
+        tracing::info!(room = key, from, to = %to.id, sockets_closed = closed, "room moved");
+        true
     }
 
     /// Sends a WebSocket handshake to the target; the tunnel starts on the backend's 101.
@@ -179,31 +308,6 @@ fn check_head(req: &Request<Incoming>, config: &Config) -> Result<(), ClientErro
         return Err(ClientError::HeadTooLarge { size, limit: limits.max_request_head });
     }
     Ok(())
-}
-
-/// Picks the backend: the room's owner on a room route, the shared pool otherwise.
-fn choose(snap: &Snapshot, route: &Route, req: &Request<Incoming>) -> Result<Target, ProxyError> {
-    let shared = || -> Result<Target, ProxyError> {
-        let backend = snap.next_shared().ok_or(BackendError::NoBackends)?.clone();
-        Ok(Target { backend, room: None, set_cookie: None })
-    };
-    if route.mode == RouteMode::Shared {
-        return shared();
-    }
-    let view = RequestView { uri: req.uri(), headers: req.headers() };
-    let Some(found) = room_key::extract(&route.keys, &view).map_err(ClientError::BadKey)? else {
-        return match route.on_missing {
-            OnMissing::Shared => shared(),
-            OnMissing::Reject => Err(ClientError::MissingKey {
-                prefix: route.prefix.clone(),
-                sources: route.keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", "),
-            }
-            .into()),
-        };
-    };
-    let backend = snap.owner(found.key.as_bytes()).ok_or(BackendError::NoBackends)?.clone();
-    let set_cookie = route.affinity_cookie.as_deref().and_then(|name| affinity_cookie(req, name, found.key.as_str()));
-    Ok(Target { backend, room: Some(found.key.as_str().to_owned()), set_cookie })
 }
 
 /// `Set-Cookie` for the affinity cookie, unless the request already carries the same value.

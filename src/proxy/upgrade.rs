@@ -16,6 +16,7 @@ use tracing::Instrument;
 use super::Gateway;
 use super::access;
 use crate::backends::Backend;
+use crate::directory::{Presence, Use};
 use crate::error::BackendError;
 use crate::relay::{self, Registration, TunnelOptions};
 
@@ -68,21 +69,27 @@ pub async fn forward(
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         let backend_upgrade = hyper::upgrade::on(&mut resp);
         let registration = gateway.tunnels.register(spec.room.as_deref().map(Into::into), backend.id.clone());
+        let presence = spec
+            .room
+            .as_deref()
+            .map(|room| Presence::new(gateway.directory.clone(), room, backend.id.clone(), Use::Socket));
         let opts = gateway.tunnel_options();
         let span = tracing::info_span!("tunnel", room = spec.room.as_deref(), backend = %backend.id);
-        tokio::spawn(tunnel(client_upgrade, backend_upgrade, registration, spec, opts).instrument(span));
+        tokio::spawn(tunnel(client_upgrade, backend_upgrade, (registration, presence), spec, opts).instrument(span));
     }
     Ok(resp)
 }
 
 /// Waits for both upgrades to complete, then relays until the tunnel ends.
+/// `held`: the tunnel's registration and its room's presence, released when it ends.
 async fn tunnel(
     client: OnUpgrade,
     backend: OnUpgrade,
-    registration: Registration,
+    held: (Registration, Option<Presence>),
     spec: TunnelSpec,
     opts: TunnelOptions,
 ) {
+    let (registration, _presence) = held;
     let (client_io, backend_io) = match tokio::join!(client, backend) {
         (Ok(c), Ok(b)) => (TokioIo::new(c), TokioIo::new(b)),
         (c, b) => {

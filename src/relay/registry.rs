@@ -10,10 +10,17 @@ use tokio::sync::Notify;
 /// All open tunnels.
 #[derive(Default)]
 pub struct Tunnels {
-    open: Mutex<HashMap<u64, Arc<TunnelHandle>>>,
+    open: Mutex<Open>,
     next_id: AtomicU64,
     /// Woken whenever the last tunnel closes.
     emptied: Notify,
+}
+
+/// Open tunnels by id, and the ids of each room's tunnels.
+#[derive(Default)]
+struct Open {
+    by_id: HashMap<u64, Arc<TunnelHandle>>,
+    by_room: HashMap<Box<str>, Vec<u64>>,
 }
 
 /// What the registry knows of one tunnel, and how to ask it to close.
@@ -37,12 +44,17 @@ impl Tunnels {
     pub fn register(self: &Arc<Self>, room: Option<Box<str>>, backend: Arc<str>) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let handle = Arc::new(TunnelHandle { id, room, backend, close_code: AtomicU16::new(0), close: Notify::new() });
-        self.lock().insert(id, handle.clone());
+        let mut open = self.lock();
+        if let Some(room) = &handle.room {
+            open.by_room.entry(room.clone()).or_default().push(id);
+        }
+        open.by_id.insert(id, handle.clone());
+        drop(open);
         Registration { tunnels: self.clone(), handle }
     }
 
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().by_id.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -51,7 +63,20 @@ impl Tunnels {
 
     /// Asks every open tunnel to close with `code`; returns how many were asked.
     pub fn close_all(&self, code: u16) -> usize {
-        let handles: Vec<Arc<TunnelHandle>> = self.lock().values().cloned().collect();
+        let handles: Vec<Arc<TunnelHandle>> = self.lock().by_id.values().cloned().collect();
+        for h in &handles {
+            h.request_close(code);
+        }
+        handles.len()
+    }
+
+    /// Asks the tunnels of `room` to `backend` to close with `code`; returns how many.
+    pub fn close_room(&self, room: &str, backend: &str, code: u16) -> usize {
+        let open = self.lock();
+        let Some(ids) = open.by_room.get(room) else { return 0 };
+        let handles: Vec<Arc<TunnelHandle>> =
+            ids.iter().filter_map(|id| open.by_id.get(id)).filter(|h| &*h.backend == backend).cloned().collect();
+        drop(open);
         for h in &handles {
             h.request_close(code);
         }
@@ -69,7 +94,7 @@ impl Tunnels {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Arc<TunnelHandle>>> {
+    fn lock(&self) -> MutexGuard<'_, Open> {
         // A panic while holding this lock cannot leave the map inconsistent (single inserts and
         // removes), so a poisoned lock is still usable.
         self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -105,8 +130,17 @@ impl Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         let mut open = self.tunnels.lock();
-        open.remove(&self.handle.id);
-        if open.is_empty() {
+        let id = self.handle.id;
+        open.by_id.remove(&id);
+        if let Some(room) = &self.handle.room
+            && let Some(ids) = open.by_room.get_mut(room)
+        {
+            ids.retain(|&i| i != id);
+            if ids.is_empty() {
+                open.by_room.remove(room);
+            }
+        }
+        if open.by_id.is_empty() {
             self.tunnels.emptied.notify_waiters();
         }
     }

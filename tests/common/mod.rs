@@ -17,7 +17,11 @@ use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use roomgate::{Config, Listeners};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use roomgate::control::Control;
+use roomgate::{Config, Listeners, Server};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -159,23 +163,57 @@ where
 
 // === roomgate under test ===
 
-/// roomgate running on an injected 127.0.0.1:0 listener.
+/// roomgate running on injected 127.0.0.1:0 listeners (proxy and admin API), its config in a
+/// file of its own so that reloads can be tested.
 pub struct Proxy {
     pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub control: Arc<Control>,
+    pub config_path: PathBuf,
+    _dir: tempfile::TempDir,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<anyhow::Result<()>>,
 }
 
 impl Proxy {
     pub async fn start(config_text: &str) -> Proxy {
-        let config = Config::from_toml(config_text, "test").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let config_path = dir.path().join("roomgate.toml");
+        std::fs::write(&config_path, config_text).unwrap();
+        let config = Config::load(&config_path).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let admin = admin_listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(roomgate::run(Listeners { http: vec![listener] }, config, async move {
+        let server = Server::new(config);
+        let control = server.control();
+        let listeners = Listeners { http: vec![listener], admin: Some(admin_listener) };
+        let task = tokio::spawn(server.serve(listeners, async move {
             let _ = rx.await;
         }));
-        Proxy { addr, shutdown: Some(tx), task }
+        Proxy { addr, admin, control, config_path, _dir: dir, shutdown: Some(tx), task }
+    }
+
+    /// Replaces the config file (the watcher reloads it).
+    pub fn write_config(&self, text: &str) {
+        // Write aside and rename, as editors and ConfigMaps do, so the watcher never reads half.
+        let tmp = self.config_path.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &self.config_path).unwrap();
+    }
+
+    /// Waits (bounded) until the config epoch is at least `epoch`.
+    pub async fn wait_epoch(&self, epoch: u64) {
+        let mut epochs = self.control.epochs();
+        tokio::time::timeout(LIMIT, epochs.wait_for(|e| *e >= epoch))
+            .await
+            .unwrap_or_else(|_| panic!("config epoch {epoch} not reached"))
+            .unwrap();
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.admin, path)
     }
 
     /// Signals shutdown and waits for `run` to return.

@@ -1,0 +1,243 @@
+//! The admin API, on its own listener: status, rooms, drain and undrain, reload, Prometheus
+//! metrics, and the probes. JSON everywhere; errors as `{"error": "..."}`. With `[admin] token`
+//! set, every endpoint but the probes needs `Authorization: Bearer TOKEN`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+mod client;
+
+pub use client::{DrainOptions, drain_command};
+
+use crate::config::parse_duration;
+use crate::control::{Control, ControlError};
+
+const MAX_BODY: usize = 4096;
+const MAX_PAGE: usize = 1000;
+
+/// Serves the admin API until `stop` is cancelled.
+pub async fn serve(listener: TcpListener, control: Arc<Control>, stop: CancellationToken) {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "admin API listening");
+    }
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = stop.cancelled() => return,
+        };
+        let control = control.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let control = control.clone();
+                async move { Ok::<_, Infallible>(handle(&control, req).await) }
+            });
+            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
+                tracing::debug!(%peer, error = %e, "admin connection ended with an error");
+            }
+        });
+    }
+}
+
+async fn handle(control: &Control, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_owned();
+    let method = req.method().clone();
+    match (&method, path.as_str()) {
+        (&Method::GET, "/healthz") => return text(StatusCode::OK, "ok\n"),
+        (&Method::GET, "/readyz") => return text(StatusCode::OK, "ready\n"),
+        _ => {}
+    }
+    if let Some(denied) = authorize(control, &req) {
+        return denied;
+    }
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let resp = match (&method, segments.as_slice()) {
+        (&Method::GET, ["metrics"]) => {
+            let snap = control.gateway().snapshot();
+            let body = control.gateway().metrics.render(&snap, control.gateway().directory.as_ref());
+            let mut r = Response::new(Full::new(Bytes::from(body)));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+            );
+            return r;
+        }
+        (&Method::GET, ["admin", "status"]) => Ok(status(control)),
+        (&Method::GET, ["admin", "rooms"]) => Ok(rooms(control, req.uri().query())),
+        (&Method::GET, ["admin", "rooms", key]) => room(control, key),
+        (&Method::POST, ["admin", "backends", id, "drain"]) => {
+            let body = read_body(req).await;
+            drain(control, id, body)
+        }
+        (&Method::POST, ["admin", "backends", id, "undrain"]) => {
+            control.undrain(id).map(|()| json!({"backend": id, "state": "active"})).map_err(|e| error_for(&e))
+        }
+        (&Method::POST, ["admin", "reload"]) => match control.reload().await {
+            Ok(diff) => Ok(json!({
+                "ok": true,
+                "epoch": control.gateway().snapshot().epoch,
+                "added": diff.added,
+                "removed": diff.removed,
+                "changed": diff.changed,
+                "routes_changed": diff.routes_changed,
+                "placement_changed": diff.placement_changed,
+                "needs_restart": diff.needs_restart,
+            })),
+            Err(e) => Err(error_for(&e)),
+        },
+        _ => Err((StatusCode::NOT_FOUND, format!("no endpoint {method} {path}"))),
+    };
+    match resp {
+        Ok(value) => json_response(StatusCode::OK, &value),
+        Err((status, error)) => json_response(status, &json!({ "error": error })),
+    }
+}
+
+fn authorize(control: &Control, req: &Request<Incoming>) -> Option<Response<Full<Bytes>>> {
+    let snap = control.gateway().snapshot();
+    let token = snap.config.admin.token.as_deref()?;
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if constant_time_eq(given.as_bytes(), token.as_bytes()) {
+        return None;
+    }
+    tracing::warn!(path = req.uri().path(), "admin request with a missing or wrong token");
+    let mut r = json_response(StatusCode::UNAUTHORIZED, &json!({"error": "missing or wrong bearer token"}));
+    r.headers_mut().insert(header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+    Some(r)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn status(control: &Control) -> Value {
+    let snap = control.gateway().snapshot();
+    let passive = snap.passive_only();
+    let now = Instant::now();
+    let backends: Vec<Value> = snap
+        .backends
+        .iter()
+        .chain(snap.retiring.iter())
+        .map(|b| {
+            let (rooms, sockets) = control.load_of(b);
+            let drain = b.drain();
+            json!({
+                "id": &*b.id,
+                "addr": b.addr.to_string(),
+                "state": b.state(passive).as_str(),
+                "rooms": rooms,
+                "sockets": sockets,
+                "removed": drain.is_some_and(|d| d.removed),
+                "drain_deadline_ms": drain.map(|d| d.deadline.saturating_duration_since(now).as_millis() as u64),
+            })
+        })
+        .collect();
+    let (known, live) = control.gateway().directory.counts();
+    json!({
+        "epoch": snap.epoch,
+        "config": snap.config.origin,
+        "backends": backends,
+        "rooms": {"known": known, "live": live},
+        "websockets": control.gateway().tunnels.len(),
+        "split_rooms": control.gateway().directory.split_rooms(),
+        "last_reload": control.last_reload(),
+    })
+}
+
+fn rooms(control: &Control, query: Option<&str>) -> Value {
+    let param = |name: &str| {
+        query?.split('&').find_map(|p| p.strip_prefix(name)?.strip_prefix('=')).map(|v| decode(v).into_owned())
+    };
+    let limit = param("limit").and_then(|l| l.parse().ok()).unwrap_or(100).clamp(1, MAX_PAGE);
+    let after = param("after");
+    let page = control.gateway().directory.list(after.as_deref(), limit);
+    let next = (page.len() == limit).then(|| page.last().map(|r| r.key.clone())).flatten();
+    json!({ "rooms": page, "next": next })
+}
+
+fn room(control: &Control, key: &str) -> Result<Value, (StatusCode, String)> {
+    let key = decode(key);
+    match control.gateway().directory.get(&key) {
+        Some(info) => Ok(json!(info)),
+        None => Err((StatusCode::NOT_FOUND, format!("no live or lingering room {key:?}"))),
+    }
+}
+
+fn drain(control: &Control, id: &str, body: Result<Bytes, String>) -> Result<Value, (StatusCode, String)> {
+    let body = body.map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+    let deadline = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        let v: Value =
+            serde_json::from_slice(&body).map_err(|e| (StatusCode::BAD_REQUEST, format!("body is not JSON: {e}")))?;
+        match v.get("deadline") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(parse_duration(s).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?),
+            Some(_) => return Err((StatusCode::BAD_REQUEST, "deadline must be a string such as \"30s\"".into())),
+        }
+    };
+    let d = control.drain(id, deadline).map_err(|e| error_for(&e))?;
+    Ok(json!({
+        "backend": id,
+        "state": "draining",
+        "deadline_ms": d.deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
+    }))
+}
+
+fn error_for(e: &ControlError) -> (StatusCode, String) {
+    let status = match e {
+        ControlError::UnknownBackend(_) => StatusCode::NOT_FOUND,
+        ControlError::Removed(_) => StatusCode::CONFLICT,
+        ControlError::Config(_) | ControlError::NoFile => StatusCode::BAD_REQUEST,
+    };
+    (status, e.to_string())
+}
+
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, String> {
+    match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) => Err(format!("cannot read the body (at most {MAX_BODY} bytes): {e}")),
+    }
+}
+
+fn decode(s: &str) -> std::borrow::Cow<'_, str> {
+    percent_encoding::percent_decode_str(s).decode_utf8_lossy()
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {
+    let mut body = serde_json::to_vec_pretty(value).unwrap_or_default();
+    body.push(b'\n');
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    r
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    *r.status_mut() = status;
+    r
+}

@@ -1,0 +1,242 @@
+//! Changes of the running state: config reloads (file watch, SIGHUP, admin API), drains, and the
+//! maintenance tick that expires idle rooms, closes rooms at a drain deadline and lets drained
+//! backends go. Every snapshot change goes through here, one at a time.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::backends::{Backend, Drain};
+use crate::config::{Config, ConfigError};
+use crate::proxy::Gateway;
+use crate::snapshot::Diff;
+
+/// How often idle rooms are expired and drains are advanced.
+const TICK: Duration = Duration::from_millis(250);
+
+pub struct Control {
+    gateway: Arc<Gateway>,
+    /// Serialises snapshot changes: each is built from the one in force.
+    publish: tokio::sync::Mutex<()>,
+    last_reload: Mutex<Option<ReloadStatus>>,
+    /// Drains whose deadline has been acted on: (backend, drain start).
+    closed_drains: Mutex<HashSet<(Arc<str>, Instant)>>,
+    /// The epoch in force, for whoever waits on a change.
+    epoch: tokio::sync::watch::Sender<u64>,
+}
+
+/// The outcome of the last reload, for the admin API.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ReloadStatus {
+    pub ok: bool,
+    pub error: Option<String>,
+    /// Seconds since the Unix epoch.
+    pub at: u64,
+    pub epoch: u64,
+}
+
+/// Why an operator's request could not be carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("no backend {0:?}")]
+    UnknownBackend(String),
+    #[error("backend {0:?} was removed from the config; it cannot be undrained")]
+    Removed(String),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("the embedded default config has no file to reload; start with --config FILE")]
+    NoFile,
+}
+
+impl Control {
+    pub fn new(gateway: Arc<Gateway>) -> Arc<Control> {
+        Arc::new(Control {
+            gateway,
+            publish: tokio::sync::Mutex::new(()),
+            last_reload: Mutex::new(None),
+            closed_drains: Mutex::new(HashSet::new()),
+            epoch: tokio::sync::watch::Sender::new(1),
+        })
+    }
+
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    /// Follows the epoch of the snapshot in force.
+    pub fn epochs(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.epoch.subscribe()
+    }
+
+    fn publish(&self, next: crate::snapshot::Snapshot) {
+        let epoch = next.epoch;
+        self.gateway.publish(next);
+        self.epoch.send_replace(epoch);
+    }
+
+    pub fn last_reload(&self) -> Option<ReloadStatus> {
+        lock(&self.last_reload).clone()
+    }
+
+    // === reload ===
+
+    /// Re-reads the config file and, if it is valid, publishes the snapshot built from it. An
+    /// invalid file is logged and reported; the config in force stays.
+    pub async fn reload(&self) -> Result<Diff, ControlError> {
+        let path = self.gateway.snapshot().config.path.clone().ok_or(ControlError::NoFile)?;
+        // Reading the file and resolving backend names block: off the runtime's threads.
+        let loaded = tokio::task::spawn_blocking(move || Config::load(&path)).await.unwrap_or_else(|e| {
+            Err(ConfigError { origin: "reload".into(), line: None, message: format!("reload task failed: {e}") })
+        });
+        match loaded {
+            Ok(config) => Ok(self.apply(config).await),
+            Err(e) => {
+                tracing::error!(error = %e, "config reload failed; keeping the config in force");
+                self.gateway.metrics.reload(false);
+                self.record(false, Some(e.to_string()));
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Publishes the snapshot for an already validated `config`.
+    pub async fn apply(&self, config: Config) -> Diff {
+        let _one_at_a_time = self.publish.lock().await;
+        let current = self.gateway.snapshot();
+        let (next, diff) = current.next(config);
+        let epoch = next.epoch;
+        self.publish(next);
+        self.gateway.metrics.reload(true);
+        self.record(true, None);
+        if !diff.needs_restart.is_empty() {
+            tracing::warn!(settings = ?diff.needs_restart, "changed settings take effect after a restart only");
+        }
+        tracing::info!(
+            epoch,
+            added = ?diff.added,
+            removed = ?diff.removed,
+            changed = ?diff.changed,
+            routes_changed = diff.routes_changed,
+            placement_changed = diff.placement_changed,
+            "config reloaded"
+        );
+        diff
+    }
+
+    fn record(&self, ok: bool, error: Option<String>) {
+        let at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let epoch = self.gateway.snapshot().epoch;
+        *lock(&self.last_reload) = Some(ReloadStatus { ok, error, at, epoch });
+    }
+
+    /// Reloads whenever the config file's content changes (checked every `[reload] interval`).
+    /// Content, not modification time: editors that replace the file and Kubernetes ConfigMap
+    /// symlink swaps are seen alike.
+    pub async fn watch(self: Arc<Self>) {
+        let Some(path) = self.gateway.snapshot().config.path.clone() else { return };
+        let mut seen = tokio::fs::read(&path).await.ok();
+        loop {
+            let snap = self.gateway.snapshot();
+            if !snap.config.reload.watch {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            tokio::time::sleep(snap.config.reload.interval).await;
+            let now = tokio::fs::read(&path).await.ok();
+            if now.is_some() && now != seen {
+                seen = now;
+                tracing::info!(path = %path.display(), "config file changed");
+                let _ = self.reload().await; // logged and recorded by `reload`
+            }
+        }
+    }
+
+    // === drain ===
+
+    /// Starts (or re-times) a drain: no new rooms; live rooms stay until they empty, and those
+    /// still live at the deadline are closed (1012) and moved as a whole.
+    pub fn drain(&self, id: &str, deadline: Option<Duration>) -> Result<Drain, ControlError> {
+        let snap = self.gateway.snapshot();
+        let backend = snap.backend(id).ok_or_else(|| ControlError::UnknownBackend(id.into()))?;
+        let drain = backend.set_draining(deadline.unwrap_or(snap.config.drain.deadline), false);
+        tracing::info!(backend = id, deadline_in = ?drain.deadline.saturating_duration_since(Instant::now()), "drain started");
+        Ok(drain)
+    }
+
+    pub fn undrain(&self, id: &str) -> Result<(), ControlError> {
+        let snap = self.gateway.snapshot();
+        let backend = snap.backend(id).ok_or_else(|| ControlError::UnknownBackend(id.into()))?;
+        if !backend.set_active() {
+            return Err(ControlError::Removed(id.into()));
+        }
+        tracing::info!(backend = id, "drain ended; the backend takes new rooms again");
+        Ok(())
+    }
+
+    /// Live rooms and open sockets of a backend.
+    pub fn load_of(&self, backend: &Backend) -> (usize, u64) {
+        (self.gateway.directory.live_rooms_on(&backend.id).len(), backend.open_sockets())
+    }
+
+    // === maintenance ===
+
+    /// Runs the maintenance tick until the task is dropped.
+    pub async fn maintain(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.tick().await;
+        }
+    }
+
+    async fn tick(self: &Arc<Self>) {
+        let snap = self.gateway.snapshot();
+        let draining = |id: &str| snap.backend(id).is_some_and(|b| b.is_draining());
+        let expired = self.gateway.directory.sweep(snap.config.rooms.linger, &draining);
+        if expired > 0 {
+            tracing::debug!(rooms = expired, "idle rooms expired");
+        }
+        let now = Instant::now();
+        for backend in snap.backends.iter().chain(snap.retiring.iter()) {
+            if let Some(d) = backend.drain()
+                && now >= d.deadline
+                && lock(&self.closed_drains).insert((backend.id.clone(), d.started))
+            {
+                let rooms = self.gateway.directory.live_rooms_on(&backend.id);
+                tracing::info!(backend = %backend.id, rooms = rooms.len(), "drain deadline: moving the rooms still live");
+                let me = self.clone();
+                let (from, spread) = (backend.id.clone(), snap.config.drain.spread);
+                tokio::spawn(async move { me.move_rooms(from, rooms, spread).await });
+            }
+        }
+        let done: Vec<Arc<str>> =
+            snap.retiring.iter().filter(|b| self.load_of(b) == (0, 0)).map(|b| b.id.clone()).collect();
+        if !done.is_empty() {
+            let _one_at_a_time = self.publish.lock().await;
+            let current = self.gateway.snapshot();
+            self.publish(current.without_retired(&done));
+            tracing::info!(backends = ?done, "removed backends drained; dropped");
+        }
+    }
+
+    /// Moves each room to its next owner and closes its sockets (1012), spread evenly over
+    /// `spread` so that the reconnects do not all arrive at once.
+    async fn move_rooms(&self, from: Arc<str>, rooms: Vec<String>, spread: Duration) {
+        let gap = spread.checked_div(rooms.len().max(1) as u32).unwrap_or_default();
+        for (i, room) in rooms.iter().enumerate() {
+            if i > 0 && !gap.is_zero() {
+                tokio::time::sleep(gap).await;
+            }
+            let snap = self.gateway.snapshot();
+            let Some(to) = snap.place_new(room.as_bytes()).cloned() else { continue };
+            if to.id != from {
+                self.gateway.move_room(room, &from, &to);
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,294 @@
+//! The in-memory room directory of a single roomgate process.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::{Placed, RoomDirectory, RoomInfo, Use};
+
+const SHARDS: usize = 64;
+
+/// Rooms in 64 shards, each behind its own lock, so requests for different rooms rarely wait on
+/// each other.
+pub struct MemoryDirectory {
+    shards: Box<[Mutex<Shard>]>,
+    splits: AtomicU64,
+}
+
+type Shard = HashMap<Box<str>, Entry>;
+
+#[derive(Debug)]
+struct Entry {
+    owner: Arc<str>,
+    sockets: u32,
+    requests: u32,
+    /// Connections still open on earlier owners, being closed after a reassignment.
+    moving: u32,
+    /// Since when the room has had no connection.
+    idle_since: Option<Instant>,
+}
+
+impl Default for MemoryDirectory {
+    fn default() -> Self {
+        MemoryDirectory { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(), splits: AtomicU64::new(0) }
+    }
+}
+
+impl MemoryDirectory {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
+        let i = xxhash_rust::xxh3::xxh3_64(key.as_bytes()) as usize % SHARDS;
+        // Entries are updated field by field without invariants spanning a panic: a poisoned
+        // shard is still consistent enough to serve.
+        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn each(&self, mut f: impl FnMut(&str, &Entry)) {
+        for shard in self.shards.iter() {
+            let map = shard.lock().unwrap_or_else(|p| p.into_inner());
+            for (k, e) in map.iter() {
+                f(k, e);
+            }
+        }
+    }
+}
+
+impl Entry {
+    fn connections(&self) -> u32 {
+        self.sockets + self.requests + self.moving
+    }
+
+    fn info(&self, key: &str) -> RoomInfo {
+        RoomInfo {
+            key: key.to_owned(),
+            backend: self.owner.to_string(),
+            sockets: self.sockets,
+            requests: self.requests,
+            live: self.connections() > 0,
+        }
+    }
+
+    fn settle(&mut self) {
+        if self.connections() == 0 && self.idle_since.is_none() {
+            self.idle_since = Some(Instant::now());
+        }
+    }
+}
+
+impl RoomDirectory for MemoryDirectory {
+    fn owner(&self, key: &str) -> Option<Arc<str>> {
+        self.shard(key).get(key).map(|e| e.owner.clone())
+    }
+
+    fn place_if_absent<'a>(&'a self, key: &'a str, candidate: &'a Arc<str>) -> Placed<'a> {
+        let owner = self
+            .shard(key)
+            .entry(key.into())
+            .or_insert_with(|| Entry {
+                owner: candidate.clone(),
+                sockets: 0,
+                requests: 0,
+                moving: 0,
+                idle_since: Some(Instant::now()),
+            })
+            .owner
+            .clone();
+        Box::pin(std::future::ready(owner))
+    }
+
+    fn reassign(&self, key: &str, from: &str, to: &Arc<str>) -> bool {
+        let mut shard = self.shard(key);
+        let Some(e) = shard.get_mut(key) else { return false };
+        if &*e.owner != from {
+            return false;
+        }
+        e.moving += e.sockets + e.requests;
+        e.sockets = 0;
+        e.requests = 0;
+        e.owner = to.clone();
+        true
+    }
+
+    fn enter(&self, key: &str, owner: &Arc<str>, kind: Use) {
+        let mut shard = self.shard(key);
+        let e = shard.entry(key.into()).or_insert_with(|| Entry {
+            owner: owner.clone(),
+            sockets: 0,
+            requests: 0,
+            moving: 0,
+            idle_since: None,
+        });
+        if e.owner != *owner {
+            // Placed elsewhere between lookup and entry: count it as moving, and as a split if
+            // the owner already holds sockets of the room.
+            if kind == Use::Socket && e.sockets > 0 {
+                self.splits.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(room = key, owner = %e.owner, other = %owner, "room live on two backends");
+            }
+            e.moving += 1;
+        } else {
+            match kind {
+                Use::Socket => e.sockets += 1,
+                Use::Request => e.requests += 1,
+            }
+        }
+        e.idle_since = None;
+    }
+
+    fn leave(&self, key: &str, owner: &str, kind: Use) {
+        let mut shard = self.shard(key);
+        let Some(e) = shard.get_mut(key) else { return };
+        if &*e.owner == owner {
+            match kind {
+                Use::Socket => e.sockets = e.sockets.saturating_sub(1),
+                Use::Request => e.requests = e.requests.saturating_sub(1),
+            }
+        } else {
+            e.moving = e.moving.saturating_sub(1);
+        }
+        e.settle();
+    }
+
+    fn get(&self, key: &str) -> Option<RoomInfo> {
+        self.shard(key).get(key).map(|e| e.info(key))
+    }
+
+    fn list(&self, after: Option<&str>, limit: usize) -> Vec<RoomInfo> {
+        let mut all = Vec::new();
+        self.each(|k, e| {
+            if after.is_none_or(|a| k > a) {
+                all.push(e.info(k));
+            }
+        });
+        all.sort_by(|a, b| a.key.cmp(&b.key));
+        all.truncate(limit);
+        all
+    }
+
+    fn live_rooms_on(&self, backend: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        self.each(|k, e| {
+            if &*e.owner == backend && e.sockets + e.requests > 0 {
+                out.push(k.to_owned());
+            }
+        });
+        out
+    }
+
+    fn sweep(&self, linger: Duration, draining: &dyn Fn(&str) -> bool) -> usize {
+        let now = Instant::now();
+        let mut removed = 0;
+        for shard in self.shards.iter() {
+            let mut map = shard.lock().unwrap_or_else(|p| p.into_inner());
+            map.retain(|_, e| {
+                let keep = match e.idle_since {
+                    None => true,
+                    Some(since) => !draining(&e.owner) && now.duration_since(since) < linger,
+                };
+                removed += usize::from(!keep);
+                keep
+            });
+        }
+        removed
+    }
+
+    fn counts(&self) -> (usize, usize) {
+        let (mut all, mut live) = (0, 0);
+        self.each(|_, e| {
+            all += 1;
+            live += usize::from(e.connections() > 0);
+        });
+        (all, live)
+    }
+
+    fn split_rooms(&self) -> u64 {
+        self.splits.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(s: &str) -> Arc<str> {
+        s.into()
+    }
+
+    #[tokio::test]
+    async fn first_writer_wins() {
+        let d = MemoryDirectory::new();
+        assert_eq!(&*d.place_if_absent("r", &id("a")).await, "a");
+        assert_eq!(&*d.place_if_absent("r", &id("b")).await, "a");
+        assert_eq!(d.owner("r").as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn counts_connections_and_lingers() {
+        let d = MemoryDirectory::new();
+        d.enter("r", &id("a"), Use::Socket);
+        d.enter("r", &id("a"), Use::Request);
+        assert_eq!(
+            d.get("r").unwrap(),
+            RoomInfo { key: "r".into(), backend: "a".into(), sockets: 1, requests: 1, live: true }
+        );
+        assert_eq!(d.live_rooms_on("a"), vec!["r".to_owned()]);
+        d.leave("r", "a", Use::Request);
+        d.leave("r", "a", Use::Socket);
+        assert!(!d.get("r").unwrap().live);
+        assert_eq!(d.sweep(Duration::from_secs(60), &|_| false), 0, "lingers");
+        assert_eq!(d.owner("r").as_deref(), Some("a"));
+        assert_eq!(d.sweep(Duration::ZERO, &|_| false), 1, "expires after the linger");
+        assert_eq!(d.owner("r"), None);
+    }
+
+    #[test]
+    fn idle_rooms_of_a_draining_backend_go_at_once() {
+        let d = MemoryDirectory::new();
+        d.enter("idle", &id("a"), Use::Request);
+        d.leave("idle", "a", Use::Request);
+        d.enter("live", &id("a"), Use::Socket);
+        assert_eq!(d.sweep(Duration::from_secs(60), &|b| b == "a"), 1);
+        assert!(d.owner("idle").is_none());
+        assert!(d.owner("live").is_some(), "a live room is never swept");
+    }
+
+    #[test]
+    fn reassign_moves_the_room_and_not_its_closing_sockets() {
+        let d = MemoryDirectory::new();
+        d.enter("r", &id("a"), Use::Socket);
+        assert!(!d.reassign("r", "b", &id("c")), "only from the current owner");
+        assert!(d.reassign("r", "a", &id("b")));
+        assert_eq!(d.get("r").unwrap().backend, "b");
+        assert_eq!(d.get("r").unwrap().sockets, 0);
+        assert!(d.get("r").unwrap().live, "the closing socket still holds the room");
+        d.enter("r", &id("b"), Use::Socket);
+        assert_eq!(d.split_rooms(), 0, "a socket being closed is not a split");
+        d.leave("r", "a", Use::Socket);
+        assert_eq!(d.get("r").unwrap().sockets, 1);
+    }
+
+    #[test]
+    fn a_socket_on_a_second_backend_is_a_split() {
+        let d = MemoryDirectory::new();
+        d.enter("r", &id("a"), Use::Socket);
+        d.enter("r", &id("b"), Use::Socket);
+        assert_eq!(d.split_rooms(), 1);
+    }
+
+    #[test]
+    fn list_pages_in_key_order() {
+        let d = MemoryDirectory::new();
+        for k in ["c", "a", "b", "d"] {
+            d.enter(k, &id("x"), Use::Socket);
+        }
+        let first: Vec<String> = d.list(None, 2).into_iter().map(|r| r.key).collect();
+        assert_eq!(first, ["a", "b"]);
+        let next: Vec<String> = d.list(Some("b"), 2).into_iter().map(|r| r.key).collect();
+        assert_eq!(next, ["c", "d"]);
+        assert_eq!(d.counts(), (4, 4));
+    }
+}

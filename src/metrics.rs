@@ -1,0 +1,143 @@
+//! Prometheus metrics: counters updated on the request path, and gauges read from the live state
+//! (backends, directory) when `/metrics` is scraped.
+
+use std::fmt::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::backends::Transition;
+use crate::directory::RoomDirectory;
+use crate::snapshot::Snapshot;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub route: Arc<str>,
+    pub status: u16,
+    pub backend: Arc<str>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendLabel {
+    backend: Arc<str>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TransitionLabels {
+    backend: Arc<str>,
+    to: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    upstream_seconds: Family<BackendLabel, Histogram>,
+    reloads: Family<ResultLabel, Counter>,
+    health: Family<TransitionLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("roomgate");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "HTTP requests and WebSocket handshakes by route, status and backend",
+            requests.clone(),
+        );
+        let upstream_seconds = Family::<BackendLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 2.0, 18))
+        });
+        registry.register(
+            "upstream_response_seconds",
+            "Time from sending a request to a backend to its response head",
+            upstream_seconds.clone(),
+        );
+        let reloads = Family::<ResultLabel, Counter>::default();
+        registry.register("reloads", "Config reloads by result", reloads.clone());
+        let health = Family::<TransitionLabels, Counter>::default();
+        registry.register("health_transitions", "Backends going down or coming up", health.clone());
+        Metrics { registry, requests, upstream_seconds, reloads, health }
+    }
+
+    pub fn request(&self, labels: &RequestLabels) {
+        self.requests.get_or_create(labels).inc();
+    }
+
+    pub fn upstream_latency(&self, backend: &Arc<str>, took: Duration) {
+        self.upstream_seconds.get_or_create(&BackendLabel { backend: backend.clone() }).observe(took.as_secs_f64());
+    }
+
+    pub fn reload(&self, ok: bool) {
+        self.reloads.get_or_create(&ResultLabel { result: if ok { "ok" } else { "failed" } }).inc();
+    }
+
+    pub fn health_transition(&self, backend: &Arc<str>, t: Transition) {
+        let to = match t {
+            Transition::WentDown => "down",
+            Transition::CameUp => "up",
+        };
+        self.health.get_or_create(&TransitionLabels { backend: backend.clone(), to }).inc();
+    }
+
+    /// The text exposition: registered metrics, then gauges read from the live state.
+    pub fn render(&self, snap: &Snapshot, directory: &dyn RoomDirectory) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode_registry(&mut out, &self.registry);
+        let passive = snap.passive_only();
+        let backends: Vec<_> = snap.backends.iter().chain(snap.retiring.iter()).collect();
+        let gauge = |out: &mut String, name: &str, help: &str, value: &dyn Fn(&crate::backends::Backend) -> u64| {
+            let _ = writeln!(out, "# HELP roomgate_{name} {help}\n# TYPE roomgate_{name} gauge");
+            for b in &backends {
+                let _ = writeln!(out, "roomgate_{name}{{backend=\"{}\"}} {}", escape(&b.id), value(b));
+            }
+        };
+        gauge(&mut out, "open_sockets", "Open WebSockets per backend", &|b| b.open_sockets());
+        gauge(&mut out, "live_rooms", "Rooms with a connection, per owner", &|b| {
+            directory.live_rooms_on(&b.id).len() as u64
+        });
+        gauge(&mut out, "backend_up", "1 if the backend is healthy", &|b| u64::from(b.is_up(passive)));
+        gauge(&mut out, "backend_draining", "1 if the backend is draining", &|b| u64::from(b.is_draining()));
+        let (rooms, live) = directory.counts();
+        let _ = writeln!(
+            out,
+            "# HELP roomgate_rooms Rooms in the directory (live or lingering)\n# TYPE roomgate_rooms gauge\nroomgate_rooms {rooms}"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP roomgate_rooms_live Rooms with a connection\n# TYPE roomgate_rooms_live gauge\nroomgate_rooms_live {live}"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP roomgate_split_rooms Times a room was live on two backends at once (must stay 0)\n# TYPE roomgate_split_rooms counter\nroomgate_split_rooms_total {}",
+            directory.split_rooms()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP roomgate_config_epoch Epoch of the config in force\n# TYPE roomgate_config_epoch gauge\nroomgate_config_epoch {}",
+            snap.epoch
+        );
+        out.push_str("# EOF\n");
+        out
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
