@@ -50,32 +50,53 @@ pub struct TestBackend {
     pub id: String,
     pub addr: SocketAddr,
     task: JoinHandle<()>,
+    /// Cancelled by `kill`: every connection, WebSockets included, is dropped.
+    killed: tokio_util::sync::CancellationToken,
 }
 
 impl TestBackend {
     pub async fn start(id: &str) -> TestBackend {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_at(id, "127.0.0.1:0".parse().unwrap()).await
+    }
+
+    /// Starts on `addr` (to bring a killed backend back on its port).
+    pub async fn start_at(id: &str, addr: SocketAddr) -> TestBackend {
+        let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let id_owned = id.to_owned();
+        let killed = tokio_util::sync::CancellationToken::new();
+        let token = killed.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
                 let id = id_owned.clone();
+                let token = token.clone();
                 tokio::spawn(async move {
-                    let svc = service_fn(move |req| backend_handle(id.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
+                    let svc_token = token.clone();
+                    let svc = service_fn(move |req| backend_handle(id.clone(), req, svc_token.clone()));
+                    let conn = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
-                        .with_upgrades()
-                        .await;
+                        .with_upgrades();
+                    tokio::select! {
+                        _ = conn => {}
+                        () = token.cancelled() => {}
+                    }
                 });
             }
         });
-        TestBackend { id: id.to_owned(), addr, task }
+        TestBackend { id: id.to_owned(), addr, task, killed }
     }
 
     /// Stops accepting; the port is closed (connections get refused).
     pub fn stop(self) {
         self.task.abort();
+    }
+
+    /// Like a killed process: the port closes and every open connection drops.
+    pub fn kill(self) -> SocketAddr {
+        self.task.abort();
+        self.killed.cancel();
+        self.addr
     }
 }
 
@@ -94,7 +115,11 @@ fn full(status: StatusCode, id: &str, body: impl Into<Bytes>) -> Response<Body> 
     resp
 }
 
-async fn backend_handle(id: String, mut req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+async fn backend_handle(
+    id: String,
+    mut req: Request<Incoming>,
+    killed: tokio_util::sync::CancellationToken,
+) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path().to_owned();
     if req.headers().contains_key(header::SEC_WEBSOCKET_KEY) {
         if path.contains("refuse") {
@@ -107,7 +132,10 @@ async fn backend_handle(id: String, mut req: Request<Incoming>) -> Result<Respon
             if let Ok(io) = on_upgrade.await {
                 let config = WebSocketConfig::default().max_message_size(Some(64 << 20));
                 let ws = WebSocketStream::from_raw_socket(TokioIo::new(io), Role::Server, Some(config)).await;
-                echo(ws, id2).await;
+                tokio::select! {
+                    () = echo(ws, id2) => {}
+                    () = killed.cancelled() => {}
+                }
             }
         });
         let mut resp = full(StatusCode::SWITCHING_PROTOCOLS, &id, Bytes::new());
@@ -323,6 +351,27 @@ pub async fn ws_backend(ws: &mut Ws) -> String {
         Message::Text(t) => t.as_str().strip_prefix("id:").unwrap().to_owned(),
         other => panic!("expected id, got {other:?}"),
     }
+}
+
+/// GET on the admin API, as JSON.
+pub async fn admin_get(proxy: &Proxy, path: &str) -> serde_json::Value {
+    let (status, _, body) = get(&http_client(), &proxy.admin_url(path), &[]).await;
+    assert_eq!(status, StatusCode::OK, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// POST on the admin API: status and JSON.
+pub async fn admin_post(proxy: &Proxy, path: &str, body: &str) -> (StatusCode, serde_json::Value) {
+    let req = Request::post(proxy.admin_url(path)).body(Full::new(Bytes::from(body.to_owned()))).unwrap();
+    let (status, _, body) = send(&http_client(), req).await;
+    (status, serde_json::from_str(&body).unwrap())
+}
+
+/// The state of backend `id` in the admin status: (state, live rooms, sockets).
+pub async fn backend_state(proxy: &Proxy, id: &str) -> (String, u64, u64) {
+    let status = admin_get(proxy, "/admin/status").await;
+    let b = status["backends"].as_array().unwrap().iter().find(|b| b["id"] == id).unwrap().clone();
+    (b["state"].as_str().unwrap().to_owned(), b["rooms"].as_u64().unwrap(), b["sockets"].as_u64().unwrap())
 }
 
 /// The next message, within the time limit.
