@@ -126,3 +126,29 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn lifecycle_sections() {
+    let c = Config::embedded().unwrap();
+    assert_eq!(c.rooms.linger, Duration::from_secs(60));
+    assert_eq!(c.drain.deadline, Duration::from_secs(300));
+    assert_eq!(c.health.path, None, "active checks are opt-in");
+    assert_eq!(c.admin.listen, "127.0.0.1:9901".parse().unwrap());
+    assert!(c.reload.watch);
+    let cases: &[(&str, &str, usize)] = &[
+        ("[admin]\nlisten = \"0.0.0.0:9901\"\n", "not a loopback address", 2),
+        ("[admin]\nlisten = \"0.0.0.0:9901\"\ntoken = \"short\"\n", "too short", 3),
+        ("[health]\npath = \"healthz\"\n", "must start with '/'", 2),
+        ("[health]\nfall = 0\n", "health.fall", 2),
+        ("[health]\ninterval = \"0s\"\n", "health.interval", 2),
+        ("[reload]\ninterval = \"0s\"\n", "reload.interval", 2),
+        ("[rooms]\nlingr = \"1s\"\n", "lingr", 2),
+    ];
+    for (prefix, needle, line) in cases {
+        let e = err(&format!("{prefix}{MINIMAL}"));
+        assert!(e.message.contains(needle), "{prefix}: {e}");
+        assert_eq!(e.line, Some(*line), "{prefix}: {e}");
+    }
+    let ok = format!("[admin]\nlisten = \"0.0.0.0:9901\"\ntoken = \"0123456789abcdef\"\n{MINIMAL}");
+    assert!(Config::from_toml(&ok, "t").is_ok());
+}
