@@ -23,6 +23,8 @@ pub struct Control {
     closed_drains: Mutex<HashSet<(Arc<str>, Instant)>>,
     /// The epoch in force, for whoever waits on a change.
     epoch: tokio::sync::watch::Sender<u64>,
+    /// Rooms found split at the last check, so that each split is counted once.
+    split_now: Mutex<HashSet<Box<str>>>,
 }
 
 /// The outcome of the last reload, for the admin API.
@@ -56,6 +58,7 @@ impl Control {
             last_reload: Mutex::new(None),
             closed_drains: Mutex::new(HashSet::new()),
             epoch: tokio::sync::watch::Sender::new(1),
+            split_now: Mutex::new(HashSet::new()),
         })
     }
 
@@ -210,6 +213,7 @@ impl Control {
                 tokio::spawn(async move { me.move_rooms(from, rooms, spread).await });
             }
         }
+        self.check_splits();
         let done: Vec<Arc<str>> =
             snap.retiring.iter().filter(|b| self.load_of(b) == (0, 0)).map(|b| b.id.clone()).collect();
         if !done.is_empty() {
@@ -218,6 +222,18 @@ impl Control {
             self.publish(current.without_retired(&done));
             tracing::info!(backends = ?done, "removed backends drained; dropped");
         }
+    }
+
+    /// Counts the rooms whose open sockets (not being closed) reach two backends. By
+    /// construction there are none; this is the independent check behind the metric.
+    fn check_splits(&self) {
+        let found: HashSet<Box<str>> = self.gateway.tunnels.split_rooms().into_iter().collect();
+        let mut before = lock(&self.split_now);
+        for room in found.difference(&before) {
+            self.gateway.splits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::error!(room = &**room, "room live on two backends");
+        }
+        *before = found;
     }
 
     /// Moves each room to its next owner and closes its sockets (1012), spread evenly over

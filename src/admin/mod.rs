@@ -72,7 +72,9 @@ async fn handle(control: &Control, req: Request<Incoming>) -> Response<Full<Byte
     let resp = match (&method, segments.as_slice()) {
         (&Method::GET, ["metrics"]) => {
             let snap = control.gateway().snapshot();
-            let body = control.gateway().metrics.render(&snap, control.gateway().directory.as_ref());
+            let g = control.gateway();
+            let body =
+                g.metrics.render(&snap, g.directory.as_ref(), g.splits.load(std::sync::atomic::Ordering::Relaxed));
             let mut r = Response::new(Full::new(Bytes::from(body)));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -162,7 +164,7 @@ fn status(control: &Control) -> Value {
         "backends": backends,
         "rooms": {"known": known, "live": live},
         "websockets": control.gateway().tunnels.len(),
-        "split_rooms": control.gateway().directory.split_rooms(),
+        "split_rooms": control.gateway().splits.load(std::sync::atomic::Ordering::Relaxed),
         "last_reload": control.last_reload(),
     })
 }

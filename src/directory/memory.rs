@@ -1,7 +1,6 @@
 //! The in-memory room directory of a single roomgate process.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -13,7 +12,6 @@ const SHARDS: usize = 64;
 /// each other.
 pub struct MemoryDirectory {
     shards: Box<[Mutex<Shard>]>,
-    splits: AtomicU64,
 }
 
 type Shard = HashMap<Box<str>, Entry>;
@@ -31,7 +29,7 @@ struct Entry {
 
 impl Default for MemoryDirectory {
     fn default() -> Self {
-        MemoryDirectory { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(), splits: AtomicU64::new(0) }
+        MemoryDirectory { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
     }
 }
 
@@ -123,12 +121,7 @@ impl RoomDirectory for MemoryDirectory {
             idle_since: None,
         });
         if e.owner != *owner {
-            // Placed elsewhere between lookup and entry: count it as moving, and as a split if
-            // the owner already holds sockets of the room.
-            if kind == Use::Socket && e.sockets > 0 {
-                self.splits.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(room = key, owner = %e.owner, other = %owner, "room live on two backends");
-            }
+            // Moved between the caller's look-up and now: the caller closes this connection.
             e.moving += 1;
         } else {
             match kind {
@@ -204,10 +197,6 @@ impl RoomDirectory for MemoryDirectory {
         });
         (all, live)
     }
-
-    fn split_rooms(&self) -> u64 {
-        self.splits.load(Ordering::Relaxed)
-    }
 }
 
 #[cfg(test)]
@@ -266,17 +255,8 @@ mod tests {
         assert_eq!(d.get("r").unwrap().sockets, 0);
         assert!(d.get("r").unwrap().live, "the closing socket still holds the room");
         d.enter("r", &id("b"), Use::Socket);
-        assert_eq!(d.split_rooms(), 0, "a socket being closed is not a split");
         d.leave("r", "a", Use::Socket);
         assert_eq!(d.get("r").unwrap().sockets, 1);
-    }
-
-    #[test]
-    fn a_socket_on_a_second_backend_is_a_split() {
-        let d = MemoryDirectory::new();
-        d.enter("r", &id("a"), Use::Socket);
-        d.enter("r", &id("b"), Use::Socket);
-        assert_eq!(d.split_rooms(), 1);
     }
 
     #[test]

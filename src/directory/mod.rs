@@ -71,9 +71,6 @@ pub trait RoomDirectory: Send + Sync + 'static {
 
     /// (rooms known, rooms with a connection)
     fn counts(&self) -> (usize, usize);
-
-    /// Times a room was seen with connections on two backends at once (must stay 0).
-    fn split_rooms(&self) -> u64;
 }
 
 /// Counts one connection of a room for as long as it lives.

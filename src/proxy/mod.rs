@@ -41,6 +41,8 @@ pub struct Gateway {
     pub directory: Arc<dyn RoomDirectory>,
     pub tunnels: Arc<Tunnels>,
     pub metrics: Metrics,
+    /// Times a room was seen with open sockets on two backends at once (must stay 0).
+    pub splits: AtomicU64,
 }
 
 /// Where a request goes.
@@ -60,6 +62,7 @@ impl Gateway {
             directory,
             tunnels: Arc::new(Tunnels::default()),
             metrics: Metrics::new(),
+            splits: AtomicU64::new(0),
         })
     }
 

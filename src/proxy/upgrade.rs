@@ -73,6 +73,13 @@ pub async fn forward(
             .room
             .as_deref()
             .map(|room| Presence::new(gateway.directory.clone(), room, backend.id.clone(), Use::Socket));
+        // The room may have moved (drain deadline, backend down) while this handshake was on its
+        // way: then this socket is closed at once, like the room's others, and reconnects.
+        if let Some(room) = spec.room.as_deref()
+            && gateway.directory.owner(room).as_deref() != Some(&*backend.id)
+        {
+            registration.handle().request_close(crate::relay::CLOSE_SERVICE_RESTART);
+        }
         let opts = gateway.tunnel_options();
         let span = tracing::info_span!("tunnel", room = spec.room.as_deref(), backend = %backend.id);
         tokio::spawn(tunnel(client_upgrade, backend_upgrade, (registration, presence), spec, opts).instrument(span));

@@ -83,6 +83,21 @@ impl Tunnels {
         handles.len()
     }
 
+    /// Rooms whose tunnels not asked to close reach more than one backend: a split room.
+    pub fn split_rooms(&self) -> Vec<Box<str>> {
+        let open = self.lock();
+        open.by_room
+            .iter()
+            .filter(|(_, ids)| ids.len() > 1)
+            .filter(|(_, ids)| {
+                let mut live = ids.iter().filter_map(|id| open.by_id.get(id)).filter(|h| !h.closing());
+                let first = live.next().map(|h| h.backend.clone());
+                first.is_some_and(|f| live.any(|h| h.backend != f))
+            })
+            .map(|(room, _)| room.clone())
+            .collect()
+    }
+
     /// Waits until no tunnel is open.
     pub async fn wait_empty(&self) {
         loop {
@@ -110,6 +125,11 @@ impl TunnelHandle {
             // `notify_one` stores a permit if the tunnel is not waiting yet, so none is lost.
             self.close.notify_one();
         }
+    }
+
+    /// A close was requested.
+    pub fn closing(&self) -> bool {
+        self.close_code.load(Ordering::Acquire) != 0
     }
 
     /// Resolves with the close code once a close is requested.
@@ -143,5 +163,24 @@ impl Drop for Registration {
         if open.by_id.is_empty() {
             self.tunnels.emptied.notify_waiters();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_room_on_two_backends_is_a_split_until_one_side_closes() {
+        let t = Arc::new(Tunnels::default());
+        let _a1 = t.register(Some("r".into()), "a".into());
+        let _a2 = t.register(Some("r".into()), "a".into());
+        assert!(t.split_rooms().is_empty(), "two sockets on one backend");
+        let b = t.register(Some("r".into()), "b".into());
+        assert_eq!(t.split_rooms(), vec![Box::<str>::from("r")]);
+        assert_eq!(t.close_room("r", "a", 1012), 2);
+        assert!(t.split_rooms().is_empty(), "sockets being closed do not count");
+        drop(b);
+        assert_eq!(t.len(), 2);
     }
 }
