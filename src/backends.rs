@@ -27,7 +27,6 @@ pub struct Backend {
 /// Counters of one backend.
 #[derive(Debug, Default)]
 pub struct BackendStats {
-    pub requests: AtomicU64,
     pub open_sockets: AtomicU64,
 }
 

@@ -52,14 +52,17 @@ pub enum ControlError {
 
 impl Control {
     pub fn new(gateway: Arc<Gateway>) -> Arc<Control> {
-        Arc::new(Control {
+        let control = Arc::new(Control {
             gateway,
             publish: tokio::sync::Mutex::new(()),
             last_reload: Mutex::new(None),
             closed_drains: Mutex::new(HashSet::new()),
             epoch: tokio::sync::watch::Sender::new(1),
             split_now: Mutex::new(HashSet::new()),
-        })
+        });
+        // The config the process started with counts as the first successful load.
+        control.record(true, None);
+        control
     }
 
     pub fn gateway(&self) -> &Arc<Gateway> {

@@ -296,22 +296,13 @@ fn hex(b: u8) -> Option<u8> {
 
 // === impl RoomKey ===
 
-impl<'a> RoomKey<'a> {
-    /// Builds a key from text, validating it (used by the admin API and tests).
-    pub fn parse(text: &'a str) -> Result<Self, KeyProblem> {
-        decode_percent(text).and_then(validate).map(RoomKey)
-    }
-
+impl RoomKey<'_> {
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
     pub fn as_bytes(&self) -> &[u8] {
         self.0.as_bytes()
-    }
-
-    pub fn into_owned(self) -> RoomKey<'static> {
-        RoomKey(Cow::Owned(self.0.into_owned()))
     }
 }
 

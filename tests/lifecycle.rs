@@ -439,17 +439,16 @@ async fn draining_200_live_rooms() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_closes_every_socket_with_1001_and_exits_0() {
+async fn sighup_reloads_and_sigterm_closes_every_socket_with_1001() {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let backends = backends(2).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("roomgate.toml");
-    let extra = "[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[shutdown]\ngrace = \"5s\"\n";
-    std::fs::write(
-        &path,
-        config(&backend_list(&backends), ROUTES, extra).replace("level = \"warn\"", "level = \"info\""),
-    )
-    .unwrap();
+    let extra = "[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+                 [shutdown]\ngrace = \"5s\"\n[reload]\nwatch = false\n";
+    let text =
+        |n: usize| config(&backend_list(&backends)[..n], ROUTES, extra).replace("level = \"warn\"", "level = \"info\"");
+    std::fs::write(&path, text(1)).unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_roomgate"))
         .args(["run", "--workers", "1", "--config"])
         .arg(&path)
@@ -457,26 +456,50 @@ async fn sigterm_closes_every_socket_with_1001_and_exits_0() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    // The proxy logs the address it bound; wait for that line.
+    // The proxy logs the addresses it bound; wait for those lines.
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = tokio::time::timeout(LIMIT, async {
+    let (addr, admin) = tokio::time::timeout(LIMIT, async {
+        let (mut addr, mut admin) = (None, None);
         while let Some(line) = lines.next_line().await.unwrap() {
-            if line.contains("listening") && !line.contains("admin") {
-                return line.split("addr=").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
+            let Some(at) = line.split("addr=").nth(1).and_then(|a| a.split_whitespace().next()) else { continue };
+            if line.contains("admin API listening") {
+                admin = Some(at.to_owned());
+            } else if line.contains("listening") {
+                addr = Some(at.to_owned());
+            }
+            if let (Some(a), Some(b)) = (&addr, &admin) {
+                return (a.clone(), b.clone());
             }
         }
         panic!("roomgate exited before listening");
     })
     .await
     .unwrap();
+    let pid = child.id().unwrap().to_string();
+    // SIGHUP reloads the file (the watcher is off here): a second backend appears.
+    std::fs::write(&path, text(2)).unwrap();
+    assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    let client = http_client();
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let (_, _, body) = get(&client, &format!("http://{admin}/admin/status"), &[]).await;
+        let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if status["epoch"] == 2 {
+            assert_eq!(status["backends"].as_array().unwrap().len(), 2);
+            break;
+        }
+        assert!(Instant::now() < deadline, "SIGHUP did not reload: {status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let mut sockets = Vec::new();
     for i in 0..10 {
         let mut ws = ws_connect(&format!("ws://{addr}/ws/live/?room=t{i}"), &[]).await;
         echo_ok(&mut ws, "hi").await;
         sockets.push(ws);
     }
+    // Drain stderr so the process never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     let started = Instant::now();
-    let pid = child.id().unwrap().to_string();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     for ws in &mut sockets {
         assert_eq!(close_code(ws).await, Some(1001));

@@ -62,13 +62,6 @@ impl Placement {
             Placement::Ring(r) => r.place_eligible(key, eligible),
         }
     }
-
-    pub fn algorithm(&self) -> Algorithm {
-        match self {
-            Placement::Rendezvous(_) => Algorithm::Rendezvous,
-            Placement::Ring(_) => Algorithm::Ring,
-        }
-    }
 }
 
 // === impl Algorithm ===

@@ -42,17 +42,6 @@ impl Rendezvous {
         }
         best.map(|(_, i)| i)
     }
-
-    /// Backend indices in the key's placement order, best first (used for fallbacks and tools).
-    pub fn ranked(&self, key: &[u8]) -> Vec<usize> {
-        let key_hash = hash_bytes(key);
-        let mut order: Vec<usize> = (0..self.ids.len()).collect();
-        order.sort_by(|&a, &b| {
-            let (sa, sb) = (score(key_hash, self.id_hashes[a]), score(key_hash, self.id_hashes[b]));
-            sb.cmp(&sa).then_with(|| self.ids[a].cmp(&self.ids[b]))
-        });
-        order
-    }
 }
 
 /// murmur3's 64-bit finalizer over the key hash xor the id hash: full avalanche, so every bit of

@@ -10,7 +10,7 @@ mod upgrade;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use ::http::header::{self, HeaderValue};
@@ -131,7 +131,6 @@ impl Gateway {
         *route_label = route.prefix.as_str().into();
         let target = self.choose(snap, route, &req).await?;
         *backend_label = target.backend.id.clone();
-        target.backend.stats.requests.fetch_add(1, Ordering::Relaxed);
         let span = tracing::Span::current();
         span.record("room", target.room.as_deref());
         span.record("backend", &*target.backend.id);
