@@ -123,22 +123,27 @@ async fn accept_loop(
     stop: CancellationToken,
     connections: TaskTracker,
 ) {
-    loop {
-        let (stream, client) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = stop.cancelled() => return,
-        };
+    while let Some((stream, client)) = accept(&listener, &stop).await {
         let span = tracing::info_span!("conn", client.addr = %client, room = tracing::field::Empty, backend = tracing::field::Empty);
         let conn = serve(stream, client, gateway.clone(), http.clone(), stop.clone());
         connections.spawn(conn.instrument(span));
+    }
+}
+
+/// The next connection, or `None` once `stop` is cancelled. Accept errors (out of file
+/// descriptors and the like) are logged and retried after a short pause instead of spinning.
+pub(crate) async fn accept(listener: &TcpListener, stop: &CancellationToken) -> Option<(TcpStream, SocketAddr)> {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => return Some(pair),
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            () = stop.cancelled() => return None,
+        }
     }
 }
 

@@ -21,6 +21,23 @@ async fn join(proxy: &Proxy, room: &str) -> (Ws, String) {
     (ws, backend)
 }
 
+/// Joins rooms `{prefix}0`, `{prefix}1`, ... until `n` of them are owned by `backend`; returns
+/// those rooms with their socket (the others are closed).
+async fn rooms_on(proxy: &Proxy, backend: &str, prefix: &str, n: usize) -> Vec<(String, Ws)> {
+    let mut found = Vec::new();
+    for i in 0..n * 30 {
+        let room = format!("{prefix}{i}");
+        let (ws, owner) = join(proxy, &room).await;
+        if owner == backend {
+            found.push((room, ws));
+            if found.len() == n {
+                return found;
+            }
+        }
+    }
+    panic!("fewer than {n} rooms placed on {backend}");
+}
+
 async fn echo_ok(ws: &mut Ws, text: &str) {
     ws.send(Message::text(text)).await.unwrap();
     assert_eq!(next(ws).await, Message::text(text));
@@ -162,16 +179,10 @@ async fn drain_keeps_live_rooms_then_moves_each_room_as_a_whole() {
     let proxy = Proxy::start(&config(&backend_list(&backends), ROUTES, extra)).await;
     // Rooms with two members each; keep those on b0.
     let mut on_b0: Vec<(String, Ws, Ws)> = Vec::new();
-    let mut i = 0;
-    while on_b0.len() < 12 {
-        let room = format!("d{i}");
-        i += 1;
-        let (a, backend) = join(&proxy, &room).await;
-        if backend == "b0" {
-            let (b, second) = join(&proxy, &room).await;
-            assert_eq!(second, "b0");
-            on_b0.push((room, a, b));
-        }
+    for (room, a) in rooms_on(&proxy, "b0", "d", 12).await {
+        let (b, second) = join(&proxy, &room).await;
+        assert_eq!(second, "b0");
+        on_b0.push((room, a, b));
     }
     // Drain b0 the way a deploy script does.
     let admin = proxy.admin.to_string();
@@ -255,16 +266,7 @@ async fn removing_a_backend_drains_it() {
     let list = backend_list(&backends);
     let extra = "[drain]\ndeadline = \"1s\"\nspread = \"100ms\"\n";
     let proxy = Proxy::start(&config(&list, ROUTES, extra)).await;
-    let mut on_b2 = Vec::new();
-    let mut i = 0;
-    while on_b2.len() < 5 {
-        let room = format!("rm{i}");
-        i += 1;
-        let (ws, backend) = join(&proxy, &room).await;
-        if backend == "b2" {
-            on_b2.push((room, ws));
-        }
-    }
+    let mut on_b2 = rooms_on(&proxy, "b2", "rm", 5).await;
     proxy.write_config(&config(&list[..2], ROUTES, extra));
     proxy.wait_epoch(2).await;
     let (state, rooms, _) = backend_state(&proxy, "b2").await;
@@ -286,16 +288,7 @@ async fn a_killed_backend_loses_its_rooms_to_one_new_owner_each() {
     let mut backends = backends(3).await;
     let extra = "[health]\npath = \"/healthz\"\ninterval = \"100ms\"\ntimeout = \"200ms\"\nfall = 2\nrise = 2\n";
     let proxy = Proxy::start(&config(&backend_list(&backends), ROUTES, extra)).await;
-    let mut rooms_of_b1 = Vec::new();
-    let mut i = 0;
-    while rooms_of_b1.len() < 10 {
-        let room = format!("k{i}");
-        i += 1;
-        let (ws, backend) = join(&proxy, &room).await;
-        if backend == "b1" {
-            rooms_of_b1.push((room, ws));
-        }
-    }
+    let rooms_of_b1 = rooms_on(&proxy, "b1", "k", 10).await;
     let addr = backends.remove(1).kill();
     // Requests for its rooms fail until the health checks see it down, then succeed elsewhere.
     let killed_at = Instant::now();
@@ -404,17 +397,7 @@ async fn draining_200_live_rooms() {
     let backends = backends(3).await;
     let extra = "[drain]\nspread = \"1s\"\n";
     let proxy = Proxy::start(&config(&backend_list(&backends), ROUTES, extra)).await;
-    let mut members = Vec::new();
-    let mut i = 0;
-    while members.len() < 200 {
-        let room = format!("big{i}");
-        i += 1;
-        let (ws, backend) = join(&proxy, &room).await;
-        if backend == "b0" {
-            members.push(ws);
-        }
-        assert!(i < 5_000);
-    }
+    let members: Vec<Ws> = rooms_on(&proxy, "b0", "big", 200).await.into_iter().map(|(_, ws)| ws).collect();
     // Each member answers its close like a browser.
     let closes: Vec<_> =
         members.into_iter().map(|mut ws| tokio::spawn(async move { close_code(&mut ws).await })).collect();

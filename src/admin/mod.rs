@@ -32,18 +32,7 @@ pub async fn serve(listener: TcpListener, control: Arc<Control>, stop: Cancellat
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "admin API listening");
     }
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = stop.cancelled() => return,
-        };
+    while let Some((stream, peer)) = crate::server::accept(&listener, &stop).await {
         let control = control.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
