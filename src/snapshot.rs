@@ -20,6 +20,8 @@ pub struct Snapshot {
     /// Backends removed from the config that still hold live rooms: draining, never placed on.
     pub retiring: Vec<Arc<Backend>>,
     pub placement: Placement,
+    /// Each route's prefix, shared, for metric labels.
+    pub route_labels: Vec<Arc<str>>,
     by_id: HashMap<Arc<str>, Arc<Backend>>,
     shared_next: AtomicUsize,
 }
@@ -102,7 +104,9 @@ impl Snapshot {
         let ids: Vec<&str> = backends.iter().map(|b| &*b.id).collect();
         let placement = Placement::build(config.placement.algorithm, config.placement.vnodes, &ids);
         let by_id = backends.iter().chain(retiring.iter()).map(|b| (b.id.clone(), b.clone())).collect();
+        let route_labels = config.routes.iter().map(|r| Arc::from(r.prefix.as_str())).collect();
         Snapshot {
+            route_labels,
             epoch,
             config: Arc::new(config),
             backends,

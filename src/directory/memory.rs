@@ -77,24 +77,33 @@ impl Entry {
     }
 }
 
+/// Applies `f` to the room's entry, created with `owner` if absent. Looks up before inserting, so
+/// that the key is copied only for a new room.
+fn with_entry<T>(
+    shard: &mut Shard,
+    key: &str,
+    owner: &Arc<str>,
+    idle: Option<Instant>,
+    f: impl FnOnce(&mut Entry) -> T,
+) -> T {
+    match shard.get_mut(key) {
+        Some(e) => f(e),
+        None => {
+            let mut e = Entry { owner: owner.clone(), sockets: 0, requests: 0, moving: 0, idle_since: idle };
+            let out = f(&mut e);
+            shard.insert(key.into(), e);
+            out
+        }
+    }
+}
+
 impl RoomDirectory for MemoryDirectory {
     fn owner(&self, key: &str) -> Option<Arc<str>> {
         self.shard(key).get(key).map(|e| e.owner.clone())
     }
 
     fn place_if_absent<'a>(&'a self, key: &'a str, candidate: &'a Arc<str>) -> Placed<'a> {
-        let owner = self
-            .shard(key)
-            .entry(key.into())
-            .or_insert_with(|| Entry {
-                owner: candidate.clone(),
-                sockets: 0,
-                requests: 0,
-                moving: 0,
-                idle_since: Some(Instant::now()),
-            })
-            .owner
-            .clone();
+        let owner = with_entry(&mut self.shard(key), key, candidate, Some(Instant::now()), |e| e.owner.clone());
         Box::pin(std::future::ready(owner))
     }
 
@@ -112,24 +121,18 @@ impl RoomDirectory for MemoryDirectory {
     }
 
     fn enter(&self, key: &str, owner: &Arc<str>, kind: Use) {
-        let mut shard = self.shard(key);
-        let e = shard.entry(key.into()).or_insert_with(|| Entry {
-            owner: owner.clone(),
-            sockets: 0,
-            requests: 0,
-            moving: 0,
-            idle_since: None,
-        });
-        if e.owner != *owner {
-            // Moved between the caller's look-up and now: the caller closes this connection.
-            e.moving += 1;
-        } else {
-            match kind {
-                Use::Socket => e.sockets += 1,
-                Use::Request => e.requests += 1,
+        with_entry(&mut self.shard(key), key, owner, None, |e| {
+            if e.owner != *owner {
+                // Moved between the caller's look-up and now: the caller closes this connection.
+                e.moving += 1;
+            } else {
+                match kind {
+                    Use::Socket => e.sockets += 1,
+                    Use::Request => e.requests += 1,
+                }
             }
-        }
-        e.idle_since = None;
+            e.idle_since = None;
+        });
     }
 
     fn leave(&self, key: &str, owner: &str, kind: Use) {

@@ -43,6 +43,8 @@ pub struct Gateway {
     pub metrics: Metrics,
     /// Times a room was seen with open sockets on two backends at once (must stay 0).
     pub splits: AtomicU64,
+    /// Metric label for a request that reached no route or no backend.
+    none: Arc<str>,
 }
 
 /// Where a request goes.
@@ -63,6 +65,7 @@ impl Gateway {
             tunnels: Arc::new(Tunnels::default()),
             metrics: Metrics::new(),
             splits: AtomicU64::new(0),
+            none: Arc::from("none"),
         })
     }
 
@@ -99,8 +102,8 @@ impl Gateway {
                 error: None,
             })
         });
-        let mut route_label: Arc<str> = Arc::from("none");
-        let mut backend_label: Arc<str> = Arc::from("none");
+        let mut route_label = self.none.clone();
+        let mut backend_label = self.none.clone();
         let resp = match self.proxy(&snap, req, client, &mut record, &mut route_label, &mut backend_label).await {
             Ok(resp) => {
                 if let Some(r) = record.as_mut() {
@@ -128,7 +131,7 @@ impl Gateway {
         let config = &snap.config;
         check_head(&req, config)?;
         let (route_index, route) = config.route_for(req.uri().path()).ok_or(ClientError::NoRoute)?;
-        *route_label = route.prefix.as_str().into();
+        *route_label = snap.route_labels[route_index].clone();
         let target = self.choose(snap, route, &req).await?;
         *backend_label = target.backend.id.clone();
         let span = tracing::Span::current();
