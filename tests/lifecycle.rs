@@ -38,6 +38,24 @@ async fn rooms_on(proxy: &Proxy, backend: &str, prefix: &str, n: usize) -> Vec<(
     panic!("fewer than {n} rooms placed on {backend}");
 }
 
+/// Runs `roomgate drain ARGS --admin ADDR` as a deploy script would; returns its output and how
+/// long it took.
+async fn drain_cli(admin: std::net::SocketAddr, args: Vec<String>) -> (std::process::Output, Duration) {
+    let started = Instant::now();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_roomgate"))
+        .arg("drain")
+        .args(args)
+        .args(["--admin", &admin.to_string()])
+        .output()
+        .await
+        .unwrap();
+    (out, started.elapsed())
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
 async fn echo_ok(ws: &mut Ws, text: &str) {
     ws.send(Message::text(text)).await.unwrap();
     assert_eq!(next(ws).await, Message::text(text));
@@ -185,15 +203,7 @@ async fn drain_keeps_live_rooms_then_moves_each_room_as_a_whole() {
         on_b0.push((room, a, b));
     }
     // Drain b0 the way a deploy script does.
-    let admin = proxy.admin.to_string();
-    let cli = tokio::task::spawn_blocking(move || {
-        let started = Instant::now();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_roomgate"))
-            .args(["drain", "b0", "--wait", "--deadline", "1500ms", "--timeout", "20s", "--admin", &admin])
-            .output()
-            .unwrap();
-        (out, started.elapsed())
-    });
+    let cli = tokio::spawn(drain_cli(proxy.admin, args(&["b0", "--wait", "--deadline", "1500ms", "--timeout", "20s"])));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while backend_state(&proxy, "b0").await.0 != "draining" {
         assert!(tokio::time::Instant::now() < deadline, "drain did not start");
@@ -236,18 +246,7 @@ async fn a_drained_backend_with_empty_rooms_finishes_at_once_and_undrains() {
     let (_, _, owner) = get(&http_client(), &proxy.url("/room/quiet/"), &[]).await;
     let (status, body) = admin_post(&proxy, &format!("/admin/backends/{owner}/drain"), "{\"deadline\": \"1h\"}").await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let out = tokio::task::spawn_blocking({
-        let admin = proxy.admin.to_string();
-        let owner = owner.clone();
-        move || {
-            std::process::Command::new(env!("CARGO_BIN_EXE_roomgate"))
-                .args(["drain", &owner, "--wait", "--timeout", "10s", "--admin", &admin])
-                .output()
-                .unwrap()
-        }
-    })
-    .await
-    .unwrap();
+    let (out, _) = drain_cli(proxy.admin, args(&[&owner, "--wait", "--timeout", "10s"])).await;
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     // The lingering room moved: empty rooms are not held by a drain.
     let (_, _, now) = get(&http_client(), &proxy.url("/room/quiet/"), &[]).await;
@@ -401,17 +400,7 @@ async fn draining_200_live_rooms() {
     // Each member answers its close like a browser.
     let closes: Vec<_> =
         members.into_iter().map(|mut ws| tokio::spawn(async move { close_code(&mut ws).await })).collect();
-    let admin = proxy.admin.to_string();
-    let (out, took) = tokio::task::spawn_blocking(move || {
-        let started = Instant::now();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_roomgate"))
-            .args(["drain", "b0", "--wait", "--deadline", "100ms", "--timeout", "30s", "--admin", &admin])
-            .output()
-            .unwrap();
-        (out, started.elapsed())
-    })
-    .await
-    .unwrap();
+    let (out, took) = drain_cli(proxy.admin, args(&["b0", "--wait", "--deadline", "100ms", "--timeout", "30s"])).await;
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     for c in closes {
         assert_eq!(c.await.unwrap(), Some(1012));
