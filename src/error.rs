@@ -31,6 +31,12 @@ pub enum ClientError {
     HeadTooLarge { size: usize, limit: usize },
     #[error("request has {count} headers, over the limit of {limit}")]
     TooManyHeaders { count: usize, limit: usize },
+    #[error("invalid WebSocket handshake: {0}")]
+    BadHandshake(&'static str),
+    #[error("no first WebSocket message within {0:?}")]
+    FirstMessageTimeout(Duration),
+    #[error("first WebSocket message is over {0} bytes")]
+    FirstMessageTooLarge(usize),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -57,13 +63,26 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             ProxyError::Client(ClientError::NoRoute) => StatusCode::NOT_FOUND,
-            ProxyError::Client(ClientError::MissingKey { .. } | ClientError::BadKey(_)) => StatusCode::BAD_REQUEST,
+            ProxyError::Client(
+                ClientError::MissingKey { .. } | ClientError::BadKey(_) | ClientError::BadHandshake(_),
+            ) => StatusCode::BAD_REQUEST,
+            ProxyError::Client(ClientError::FirstMessageTimeout(_)) => StatusCode::REQUEST_TIMEOUT,
+            ProxyError::Client(ClientError::FirstMessageTooLarge(_)) => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::Client(ClientError::HeadTooLarge { .. } | ClientError::TooManyHeaders { .. }) => {
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
             }
             ProxyError::Backend(BackendError::NoBackends) => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::Backend(BackendError::Connect { .. } | BackendError::Failed { .. }) => StatusCode::BAD_GATEWAY,
             ProxyError::Backend(BackendError::Timeout { .. }) => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    /// The close code for a WebSocket that roomgate already accepted: 4000 plus the HTTP status
+    /// it would have answered with (4400, 4502, ...), except 1009 for a first message too big.
+    pub fn close_code(&self) -> u16 {
+        match self {
+            ProxyError::Client(ClientError::FirstMessageTooLarge(_)) => 1009,
+            _ => close_code_for(self.status()),
         }
     }
 
@@ -84,6 +103,12 @@ impl ProxyError {
         }
         out
     }
+}
+
+/// The close code that carries an HTTP status to a WebSocket client: 4000 + status (a backend's
+/// 403 becomes 4403).
+pub fn close_code_for(status: StatusCode) -> u16 {
+    4000 + status.as_u16()
 }
 
 /// The response for an error: its status and a one-line plain-text body saying why.

@@ -22,6 +22,7 @@ pub mod config;
 pub mod control;
 pub mod demo;
 pub mod directory;
+pub mod djust;
 pub mod error;
 pub mod health;
 pub mod metrics;

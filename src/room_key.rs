@@ -1,5 +1,5 @@
-//! Room keys: where a request carries its room (header, cookie, query, path, host) and what a valid
-//! key is. Pure functions over a borrowed view of the request, so they can be unit-tested and fuzzed.
+//! Room keys: where a request carries its room (header, cookie, query, path, host, or the page URL
+//! of djust's first WebSocket message) and what a valid key is. Pure functions over a borrowed view of the request, so they can be unit-tested and fuzzed.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -19,6 +19,9 @@ pub enum KeySource {
     Query(String),
     Path(Regex),
     Host(Regex),
+    /// The `url` of djust's `mount` frame, the first message on the socket: only a WebSocket
+    /// handshake answered by roomgate itself can reach it, so a request never carries it.
+    Djust(Regex),
 }
 
 /// The kind of a key source, without its argument (for logs and metrics).
@@ -29,6 +32,7 @@ pub enum SourceKind {
     Query,
     Path,
     Host,
+    Djust,
 }
 
 /// A valid room key: 1 to 128 bytes of visible ASCII, borrowed from the request when no decoding
@@ -129,6 +133,7 @@ impl KeySource {
             KeySource::Query(_) => SourceKind::Query,
             KeySource::Path(_) => SourceKind::Path,
             KeySource::Host(_) => SourceKind::Host,
+            KeySource::Djust(_) => SourceKind::Djust,
         }
     }
 
@@ -140,6 +145,7 @@ impl KeySource {
             KeySource::Query(name) => req.uri.query().and_then(|q| find_query(q, name)),
             KeySource::Path(re) => capture_room(re, req.uri.path()),
             KeySource::Host(re) => request_host(req).and_then(|host| capture_room(re, host)),
+            KeySource::Djust(_) => None,
         };
         value.map(str::trim).filter(|v| !v.is_empty())
     }
@@ -152,7 +158,7 @@ impl FromStr for KeySource {
         let err = |why: &str| SourceParseError { text: text.to_owned(), why: why.to_owned() };
         let (kind, arg) = text
             .split_once(':')
-            .ok_or_else(|| err("expected KIND:ARG, KIND one of header, cookie, query, path, host"))?;
+            .ok_or_else(|| err("expected KIND:ARG, KIND one of header, cookie, query, path, host, djust"))?;
         if arg.is_empty() {
             return Err(err("the part after ':' is empty"));
         }
@@ -163,7 +169,8 @@ impl FromStr for KeySource {
             "query" => Ok(KeySource::Query(arg.to_owned())),
             "path" => room_regex(arg).map(KeySource::Path).map_err(|why| err(&why)),
             "host" => room_regex(arg).map(KeySource::Host).map_err(|why| err(&why)),
-            _ => Err(err("unknown kind, expected header, cookie, query, path or host")),
+            "djust" => room_regex(arg).map(KeySource::Djust).map_err(|why| err(&why)),
+            _ => Err(err("unknown kind, expected header, cookie, query, path, host or djust")),
         }
     }
 }
@@ -176,8 +183,19 @@ impl fmt::Display for KeySource {
             KeySource::Query(name) => write!(f, "query:{name}"),
             KeySource::Path(re) => write!(f, "path:{re}"),
             KeySource::Host(re) => write!(f, "host:{re}"),
+            KeySource::Djust(re) => write!(f, "djust:{re}"),
         }
     }
+}
+
+/// The room in a page path (djust's `url`), by a `djust:` source's regex. `Ok(None)`: the path does
+/// not match (no room); `Err`: it matches, but the captured key is not valid.
+pub fn room_in_path(re: &Regex, path: &str) -> Result<Option<String>, KeyProblem> {
+    let Some(raw) = capture_room(re, path).map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let key = decode_percent(raw).and_then(validate)?;
+    Ok(Some(key.into_owned()))
 }
 
 fn room_regex(pattern: &str) -> Result<Regex, String> {

@@ -59,6 +59,7 @@ pub struct ServerSection {
 pub struct LimitsSection {
     pub max_request_head: Spanned<usize>,
     pub max_headers: Spanned<usize>,
+    pub max_first_message: Spanned<usize>,
 }
 
 #[derive(Deserialize)]
@@ -69,6 +70,7 @@ pub struct TimeoutsSection {
     pub upstream_response: Spanned<HumanDuration>,
     pub websocket_idle: OptionalDuration,
     pub websocket_close: Spanned<HumanDuration>,
+    pub first_message: Spanned<HumanDuration>,
 }
 
 #[derive(Deserialize)]
@@ -208,7 +210,11 @@ impl Default for ServerSection {
 
 impl Default for LimitsSection {
     fn default() -> Self {
-        LimitsSection { max_request_head: Spanned::new(0..0, 64 * 1024), max_headers: Spanned::new(0..0, 100) }
+        LimitsSection {
+            max_request_head: Spanned::new(0..0, 64 * 1024),
+            max_headers: Spanned::new(0..0, 100),
+            max_first_message: Spanned::new(0..0, 64 * 1024),
+        }
     }
 }
 
@@ -224,6 +230,7 @@ impl Default for TimeoutsSection {
             upstream_response: Spanned::new(0..0, secs(60)),
             websocket_idle: OptionalDuration(None),
             websocket_close: Spanned::new(0..0, secs(5)),
+            first_message: Spanned::new(0..0, secs(10)),
         }
     }
 }

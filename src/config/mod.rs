@@ -17,7 +17,7 @@ pub use duration::{HumanDuration, OptionalDuration, parse_duration};
 pub use file::{LogFormat, OnMissing, RouteMode};
 
 use crate::placement::Algorithm;
-use crate::room_key::KeySource;
+use crate::room_key::{KeySource, SourceKind};
 
 /// The default configuration, compiled into the binary (`config/roomgate.toml`).
 pub const EMBEDDED_DEFAULT: &str = include_str!("../../config/roomgate.toml");
@@ -99,6 +99,8 @@ pub struct Limits {
     /// Largest request head (request line and headers) in bytes; larger gets 431.
     pub max_request_head: usize,
     pub max_headers: usize,
+    /// Largest first WebSocket message roomgate reads to find the room (`djust:` sources).
+    pub max_first_message: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -108,6 +110,9 @@ pub struct Timeouts {
     pub upstream_response: Duration,
     pub websocket_idle: Option<Duration>,
     pub websocket_close: Duration,
+    /// How long a client may take to send its first message when roomgate needs it to find the
+    /// room (`djust:` sources).
+    pub first_message: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -152,6 +157,16 @@ pub struct Route {
     pub keys: Vec<KeySource>,
     pub on_missing: OnMissing,
     pub affinity_cookie: Option<String>,
+}
+
+impl Route {
+    /// The regex of the route's `djust:` source: always the last source when present.
+    pub fn djust(&self) -> Option<&regex::Regex> {
+        match self.keys.last() {
+            Some(KeySource::Djust(re)) => Some(re),
+            _ => None,
+        }
+    }
 }
 
 /// What is wrong with a config, and where.
@@ -325,7 +340,14 @@ impl Validator<'_> {
         if !(1..=1000).contains(&headers) {
             return Err(self.err(&l.max_headers, format!("limits.max_headers = {headers}: expected 1 to 1000")));
         }
-        Ok(Limits { max_request_head: head, max_headers: headers })
+        let first = *l.max_first_message.get_ref();
+        if !(1024..=16 * 1024 * 1024).contains(&first) {
+            return Err(self.err(
+                &l.max_first_message,
+                format!("limits.max_first_message = {first}: expected 1024 to 16777216 bytes"),
+            ));
+        }
+        Ok(Limits { max_request_head: head, max_headers: headers, max_first_message: first })
     }
 
     fn timeouts(&self, t: &file::TimeoutsSection) -> Result<Timeouts, ConfigError> {
@@ -334,6 +356,7 @@ impl Validator<'_> {
             ("request_head", &t.request_head),
             ("upstream_response", &t.upstream_response),
             ("websocket_close", &t.websocket_close),
+            ("first_message", &t.first_message),
         ] {
             if d.get_ref().0.is_zero() {
                 return Err(self.err(d, format!("timeouts.{name} must be more than 0")));
@@ -345,6 +368,7 @@ impl Validator<'_> {
             upstream_response: t.upstream_response.get_ref().0,
             websocket_idle: t.websocket_idle.0,
             websocket_close: t.websocket_close.get_ref().0,
+            first_message: t.first_message.get_ref().0,
         })
     }
 
@@ -418,7 +442,12 @@ impl Validator<'_> {
             RouteMode::Room if r.keys.is_empty() => {
                 Some((r.prefix.span(), "has mode = \"room\" but no keys: list where the room key comes from"))
             }
-            RouteMode::Room => None,
+            RouteMode::Room => {
+                let last = r.keys.len().saturating_sub(1);
+                r.keys.iter().take(last).find(|k| k.get_ref().0.kind() == SourceKind::Djust).map(|k| {
+                    (k.span(), "keys: a djust: source must come last (it reads the first WebSocket message, after every other source was tried)")
+                })
+            }
             RouteMode::Shared => {
                 if let Some(key) = r.keys.first() {
                     Some((key.span(), "keys: a shared route takes no keys (use mode = \"room\")"))

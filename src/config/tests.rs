@@ -53,6 +53,8 @@ fn bad_values_name_their_line() {
         ("[server]\ntrusted_proxies = [\"10.0.0.0/33\"]\n", 2, "trusted proxy"),
         ("[placement]\nvnodes = 0\n", 2, "vnodes"),
         ("[log]\nlevel = \"loud\"\n", 2, "log.level"),
+        ("[limits]\nmax_first_message = 10\n", 2, "max_first_message"),
+        ("[timeouts]\nfirst_message = \"0s\"\n", 2, "first_message"),
     ];
     for (prefix, line, needle) in cases {
         let e = err(&format!("{prefix}{MINIMAL}"));
@@ -75,6 +77,11 @@ fn route_rules() {
         ("[[routes]]\nprefix = \"/\"\nmode = \"shared\"\nkeys = [\"header:X\"]\n", "takes no keys"),
         ("[[routes]]\nprefix = \"/\"\nmode = \"shared\"\naffinity_cookie = \"c\"\n", "only applies to room routes"),
         ("[[routes]]\nprefix = \"r/\"\nmode = \"shared\"\n", "must start with '/'"),
+        (
+            "[[routes]]\nprefix = \"/ws/\"\nmode = \"room\"\nkeys = [\"djust:^/r/(?P<room>\\\\d+)\", \"header:X\"]\n",
+            "must come last",
+        ),
+        ("[[routes]]\nprefix = \"/ws/\"\nmode = \"room\"\nkeys = [\"djust:^/r/(\\\\d+)\"]\n", "named group `room`"),
         ("[[routes]]\nprefix = \"/\"\nmode = \"lobby\"\n", "lobby"),
         ("", "no routes"),
     ];

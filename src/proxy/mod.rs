@@ -4,6 +4,7 @@
 
 mod access;
 mod body;
+mod djust;
 pub mod headers;
 mod http;
 mod upgrade;
@@ -132,7 +133,17 @@ impl Gateway {
         check_head(&req, config)?;
         let (route_index, route) = config.route_for(req.uri().path()).ok_or(ClientError::NoRoute)?;
         *route_label = snap.route_labels[route_index].clone();
-        let target = self.choose(snap, route, &req).await?;
+        let Some(target) = self.choose(snap, route, &req).await? else {
+            // A djust socket: its room is in its first message.
+            let regex = route.djust().cloned().ok_or(ClientError::NoRoute)?;
+            let client_upgrade = hyper::upgrade::on(&mut req);
+            let (mut parts, _body) = req.into_parts();
+            headers::remove_hop_by_hop(&mut parts.headers);
+            let trusted = headers::is_trusted(client.ip(), &config.server.trusted_proxies);
+            headers::set_forwarded(&mut parts.headers, client.ip(), trusted, "http");
+            let resp = djust::accept(self, parts, client_upgrade, regex, route.on_missing, client)?;
+            return Ok(resp.map(ResponseBody::local));
+        };
         *backend_label = target.backend.id.clone();
         let span = tracing::Span::current();
         span.record("room", target.room.as_deref());
@@ -202,17 +213,26 @@ impl Gateway {
         Some(Presence::new(self.directory.clone(), room, target.backend.id.clone(), kind))
     }
 
-    /// Picks the backend: the room's owner on a room route, the shared pool otherwise.
-    async fn choose(&self, snap: &Snapshot, route: &Route, req: &Request<Incoming>) -> Result<Target, ProxyError> {
-        let shared = || -> Result<Target, ProxyError> {
+    /// Picks the backend: the room's owner on a room route, the shared pool otherwise. `None`: a
+    /// WebSocket whose room is in its first message (a `djust:` source), not known yet.
+    async fn choose(
+        &self,
+        snap: &Snapshot,
+        route: &Route,
+        req: &Request<Incoming>,
+    ) -> Result<Option<Target>, ProxyError> {
+        let shared = || -> Result<Option<Target>, ProxyError> {
             let backend = snap.next_shared().ok_or(BackendError::NoBackends)?.clone();
-            Ok(Target { backend, room: None, set_cookie: None })
+            Ok(Some(Target { backend, room: None, set_cookie: None }))
         };
         if route.mode == RouteMode::Shared {
             return shared();
         }
         let view = RequestView { uri: req.uri(), headers: req.headers() };
         let Some(found) = room_key::extract(&route.keys, &view).map_err(ClientError::BadKey)? else {
+            if route.djust().is_some() && headers::is_websocket_upgrade(req.headers()) {
+                return Ok(None);
+            }
             return match route.on_missing {
                 OnMissing::Shared => shared(),
                 OnMissing::Reject => Err(ClientError::MissingKey {
@@ -225,7 +245,7 @@ impl Gateway {
         let key = found.key.as_str();
         let backend = self.owner(snap, key).await?;
         let set_cookie = route.affinity_cookie.as_deref().and_then(|name| affinity_cookie(req, name, key));
-        Ok(Target { backend, room: Some(key.to_owned()), set_cookie })
+        Ok(Some(Target { backend, room: Some(key.to_owned()), set_cookie }))
     }
 
     /// The room's owner: the directory's while the room is live or lingering and its owner is up;

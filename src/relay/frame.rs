@@ -197,26 +197,91 @@ impl FrameTracker {
     }
 }
 
+/// Opcode of a text frame.
+pub const OP_TEXT: u8 = 0x1;
+/// Opcode of a continuation frame.
+pub const OP_CONTINUATION: u8 = 0x0;
+
+/// A frame header parsed from a contiguous slice (see [`parse_head`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    pub fin: bool,
+    pub opcode: u8,
+    pub mask: Option<[u8; 4]>,
+    /// Header length in bytes (2 to 14).
+    pub len: usize,
+    pub payload_len: u64,
+}
+
+impl Head {
+    /// Header and payload together, saturating on absurd lengths.
+    pub fn frame_len(&self) -> u64 {
+        (self.len as u64).saturating_add(self.payload_len)
+    }
+}
+
+/// The header at the start of `data`: `Ok(None)` when `data` is too short to hold all of it.
+pub fn parse_head(data: &[u8]) -> Result<Option<Head>, FrameError> {
+    let mut t = FrameTracker::new();
+    let need = {
+        if data.len() < 2 {
+            return Ok(None);
+        }
+        t.head[..2].copy_from_slice(&data[..2]);
+        t.head_len = 2;
+        t.check_control()?;
+        t.head_need()
+    };
+    if data.len() < need {
+        return Ok(None);
+    }
+    t.head[..need].copy_from_slice(&data[..need]);
+    t.head_len = need as u8;
+    t.start_payload()?;
+    Ok(Some(Head { fin: data[0] & 0x80 != 0, opcode: t.opcode, mask: t.mask, len: need, payload_len: t.remaining }))
+}
+
+/// Undoes (or applies) a frame mask on payload bytes starting at payload offset `offset`.
+pub fn unmask(bytes: &mut [u8], mask: Option<[u8; 4]>, offset: usize) {
+    if let Some(m) = mask {
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b ^= m[(offset + i) % 4];
+        }
+    }
+}
+
+/// One whole frame (FIN set) with `opcode` and `payload`, masked with `mask` when sent to a server.
+pub fn frame(opcode: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(14 + payload.len());
+    out.push(0x80 | opcode);
+    let bit = if mask.is_some() { 0x80 } else { 0 };
+    match payload.len() {
+        n @ 0..=125 => out.push(bit | n as u8),
+        n @ 126..=0xffff => {
+            out.push(bit | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(bit | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    if let Some(m) = mask {
+        out.extend_from_slice(&m);
+    }
+    let start = out.len();
+    out.extend_from_slice(payload);
+    unmask(&mut out[start..], mask, 0);
+    out
+}
+
 /// A close frame with `code` and a short `reason`, masked with `mask` when sent to a server.
 pub fn close_frame(code: u16, reason: &str, mask: Option<[u8; 4]>) -> Vec<u8> {
     let reason = &reason.as_bytes()[..reason.len().min(123)];
     let mut payload = Vec::with_capacity(2 + reason.len());
     payload.extend_from_slice(&code.to_be_bytes());
     payload.extend_from_slice(reason);
-    let mut out = Vec::with_capacity(6 + payload.len());
-    out.push(0x80 | OP_CLOSE);
-    match mask {
-        Some(m) => {
-            out.push(0x80 | payload.len() as u8);
-            out.extend_from_slice(&m);
-            out.extend(payload.iter().enumerate().map(|(i, b)| b ^ m[i % 4]));
-        }
-        None => {
-            out.push(payload.len() as u8);
-            out.extend_from_slice(&payload);
-        }
-    }
-    out
+    frame(OP_CLOSE, &payload, mask)
 }
 
 #[cfg(test)]

@@ -2,14 +2,16 @@
 //! tunnels, and [`run`], which ties them together for one tunnel.
 
 pub mod frame;
+pub mod message;
 mod pump;
 mod registry;
+pub mod watch;
 
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
-pub use pump::{Pump, PumpError, PumpStats, Side};
+pub use pump::{Pump, PumpError, PumpStats, Side, mask_key};
 pub use registry::{Registration, TunnelHandle, Tunnels};
 
 /// Close code roomgate sends to clients when it shuts down (going away).
@@ -41,12 +43,21 @@ pub enum Ending {
 
 /// Relays one tunnel until it ends, closing it cleanly when `handle` is asked to or when it has
 /// been idle for `opts.idle`.
-pub async fn run<C, B>(client: C, backend: B, handle: &TunnelHandle, opts: TunnelOptions) -> (PumpStats, Ending)
+pub async fn run<C, B>(
+    client: C,
+    backend: B,
+    handle: &TunnelHandle,
+    opts: TunnelOptions,
+    watch: Option<watch::NavWatch>,
+) -> (PumpStats, Ending)
 where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
     let mut pump = Pump::new(client, backend);
+    if let Some(watch) = watch {
+        pump.watch(watch);
+    }
     let mut seen = pump.activity();
     let code = loop {
         tokio::select! {

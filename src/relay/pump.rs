@@ -14,6 +14,7 @@ use std::task::{Context, Poll, ready};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::frame::{FrameError, FrameTracker, close_frame};
+use super::watch::{NavWatch, Scan};
 
 /// Reads per direction per poll before yielding to other tasks.
 const READS_PER_POLL: usize = 16;
@@ -54,6 +55,8 @@ pub struct PumpStats {
     pub backend_close: Option<u16>,
     /// A peer sent a frame header that cannot be valid.
     pub protocol_error: Option<(Side, FrameError)>,
+    /// The client navigated to a page outside the socket's room; roomgate closed it with 1012.
+    pub navigated: bool,
 }
 
 /// Relays bytes between `client` and `backend` in both directions until both are done.
@@ -99,6 +102,10 @@ struct Direction {
     src_eof: bool,
     needs_flush: bool,
     bytes: u64,
+    /// Live-navigation watch (client stream of a djust socket only).
+    watch: Option<Box<NavWatch>>,
+    /// The watch saw navigation out of the room: the other direction must close the client.
+    navigated: bool,
 }
 
 /// What went wrong in one direction.
@@ -133,6 +140,11 @@ where
         self.up.request_close(close_frame(1001, "", Some(mask_key())), After::AwaitReply);
     }
 
+    /// Watches the client stream for live navigation out of the socket's room (djust).
+    pub fn watch(&mut self, watch: NavWatch) {
+        self.up.watch = Some(Box::new(watch));
+    }
+
     pub fn stats(&self) -> PumpStats {
         PumpStats {
             bytes_up: self.up.bytes,
@@ -140,6 +152,7 @@ where
             client_close: self.up.tracker.close_code(),
             backend_close: self.down.tracker.close_code(),
             protocol_error: self.protocol_error,
+            navigated: self.up.navigated,
         }
     }
 
@@ -195,6 +208,12 @@ where
                     _ => {}
                 }
             }
+            if this.up.navigated && this.down.phase == Phase::Relay {
+                // The client asked for a page of another room: tell it to reconnect (1012), and
+                // client.js mounts the new page on that room's owner.
+                this.down.request_close(close_frame(1012, "room changed: reconnect", None), After::AwaitReply);
+                again = true;
+            }
             if again {
                 continue;
             }
@@ -220,6 +239,8 @@ impl Direction {
             src_eof: false,
             needs_flush: false,
             bytes: 0,
+            watch: None,
+            navigated: false,
         }
     }
 
@@ -305,7 +326,16 @@ impl Direction {
         dst: &mut D,
     ) -> Result<(), DirError> {
         let feed = self.tracker.feed(data).map_err(DirError::Frame)?;
+        if self.phase != Phase::Relay
+            && let Some(mut watch) = self.watch.take()
+        {
+            // Closing: nothing is inspected any more; bytes held back go first.
+            let held = watch.take_held();
+            self.bytes += held.len() as u64;
+            self.write(cx, &held, dst)?;
+        }
         match self.phase {
+            Phase::Relay if self.watch.is_some() => self.relay_watched(cx, data, dst),
             Phase::Relay => {
                 self.bytes += data.len() as u64;
                 self.write(cx, data, dst)
@@ -338,6 +368,33 @@ impl Direction {
                 Ok(())
             }
             Phase::ShutdownDst(_) | Phase::Done => Ok(()),
+        }
+    }
+
+    /// Relays a chunk of a watched client stream: frames that may be a live navigation are held
+    /// until whole; one that leaves the room is dropped and the backend gets a close (1001).
+    fn relay_watched<D: AsyncWrite + Unpin>(
+        &mut self,
+        cx: &mut Context<'_>,
+        data: &[u8],
+        dst: &mut D,
+    ) -> Result<(), DirError> {
+        let Some(watch) = self.watch.as_mut() else { return Ok(()) };
+        match watch.scan(data).map_err(DirError::Frame)? {
+            Scan::Write(out) => {
+                self.bytes += out.as_slice().len() as u64;
+                self.write(cx, out.as_slice(), dst)
+            }
+            Scan::Navigate(out, path) => {
+                tracing::info!(room = watch.room(), to = %path, "live navigation out of the room: closing the socket (1012)");
+                self.watch = None;
+                self.bytes += out.as_slice().len() as u64;
+                self.write(cx, out.as_slice(), dst)?;
+                self.close = close_frame(1001, "", Some(mask_key()));
+                self.inject_close(After::AwaitReply);
+                self.navigated = true;
+                Ok(())
+            }
         }
     }
 
@@ -396,7 +453,7 @@ impl Direction {
 /// A masking key for frames roomgate sends to a backend. It only has to differ between frames
 /// (RFC 6455 section 5.3 guards intermediaries, and the backend is our own hop), so a hash of a
 /// counter with the process's random hasher keys is enough.
-fn mask_key() -> [u8; 4] {
+pub fn mask_key() -> [u8; 4] {
     use std::hash::{BuildHasher, RandomState};
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);

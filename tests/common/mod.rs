@@ -45,7 +45,10 @@ pub const LIMIT: Duration = Duration::from_secs(10);
 /// HTTP: body and `X-Backend` header carry the id; `/echo-headers` answers with the request
 /// headers, one `name: value` per line; `/slow` never answers; `POST /echo` streams the request
 /// body back. WebSocket (any path without `refuse`): echoes messages; `id` is answered with
-/// `id:<id>`; `close:<code>` makes it close with that code. Paths with `refuse` get 403.
+/// `id:<id>`; `close:<code>` makes it close with that code; `headers` is answered with the
+/// handshake's headers, one `name: value` per line. Paths with `refuse` get 403. A handshake with
+/// `X-Test-Djust: greet` behaves like djust: the backend speaks first with its own `connect`
+/// frame; `X-Test-Djust: close:<code>` accepts, then closes with that code (djust's 4429).
 pub struct TestBackend {
     pub id: String,
     pub addr: SocketAddr,
@@ -126,14 +129,30 @@ async fn backend_handle(
             return Ok(full(StatusCode::FORBIDDEN, &id, "origin refused"));
         }
         let key = req.headers()[header::SEC_WEBSOCKET_KEY].clone();
+        let head: String = req.headers().iter().map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("?"))).collect();
+        let djust = req.headers().get("x-test-djust").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let on_upgrade = hyper::upgrade::on(&mut req);
         let id2 = id.clone();
         tokio::spawn(async move {
             if let Ok(io) = on_upgrade.await {
                 let config = WebSocketConfig::default().max_message_size(Some(64 << 20));
-                let ws = WebSocketStream::from_raw_socket(TokioIo::new(io), Role::Server, Some(config)).await;
+                let mut ws = WebSocketStream::from_raw_socket(TokioIo::new(io), Role::Server, Some(config)).await;
+                match djust.as_deref().and_then(|d| d.strip_prefix("close:")) {
+                    Some(code) => {
+                        let code: u16 = code.parse().unwrap();
+                        let frame = CloseFrame { code: CloseCode::from(code), reason: "too many".into() };
+                        let _ = ws.close(Some(frame)).await;
+                        while let Some(Ok(_)) = ws.next().await {}
+                        return;
+                    }
+                    None if djust.is_some() => {
+                        let hello = format!(r#"{{"type":"connect","session_id":"backend-{id2}"}}"#);
+                        let _ = ws.send(Message::text(hello)).await;
+                    }
+                    None => {}
+                }
                 tokio::select! {
-                    () = echo(ws, id2) => {}
+                    () = echo(ws, id2, head) => {}
                     () = killed.cancelled() => {}
                 }
             }
@@ -164,13 +183,14 @@ async fn backend_handle(
     }
 }
 
-async fn echo<S>(mut ws: WebSocketStream<S>, id: String)
+async fn echo<S>(mut ws: WebSocketStream<S>, id: String, head: String)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     while let Some(Ok(msg)) = ws.next().await {
         let reply = match msg {
             Message::Text(t) if t.as_str() == "id" => Message::text(format!("id:{id}")),
+            Message::Text(t) if t.as_str() == "headers" => Message::text(format!("headers:{head}")),
             Message::Text(t) if t.as_str().starts_with("close:") => {
                 let code: u16 = t.as_str()[6..].parse().unwrap();
                 let frame = CloseFrame { code: CloseCode::from(code), reason: "test close".into() };

@@ -161,3 +161,33 @@ fn close_frames_built_here_parse_back() {
         assert!(t.at_boundary());
     }
 }
+
+#[test]
+fn frames_built_here_parse_back_at_every_length_class() {
+    for len in [0usize, 5, 125, 126, 300, 0xffff, 0x10000] {
+        for mask in [None, Some([1, 2, 3, 4])] {
+            let payload: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let bytes = frame(OP_TEXT, &payload, mask);
+            let head = parse_head(&bytes).unwrap().unwrap();
+            assert!(head.fin);
+            assert_eq!(head.opcode, OP_TEXT);
+            assert_eq!(head.mask, mask);
+            assert_eq!(head.payload_len, len as u64);
+            assert_eq!(head.frame_len(), bytes.len() as u64);
+            let mut body = bytes[head.len..].to_vec();
+            unmask(&mut body, mask, 0);
+            assert_eq!(body, payload);
+            assert_eq!(parse_head(&bytes[..head.len - 1]).unwrap(), None);
+            let mut t = FrameTracker::new();
+            assert_eq!(t.feed(&bytes).unwrap().first_boundary, Some(bytes.len()));
+        }
+    }
+}
+
+#[test]
+fn parse_head_rejects_what_the_tracker_rejects() {
+    assert_eq!(parse_head(&[0x88, 126, 0, 200]), Err(FrameError::ControlTooLong(8)));
+    assert_eq!(parse_head(&[0x09, 0]), Err(FrameError::ControlFragmented(9)));
+    assert_eq!(parse_head(&[0x82, 127, 0x80, 0, 0, 0, 0, 0, 0, 1]), Err(FrameError::LengthOverflow));
+    assert_eq!(parse_head(&[0x81]), Ok(None));
+}

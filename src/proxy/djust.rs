@@ -1,0 +1,259 @@
+//! A djust socket, routed by its first message: roomgate answers the handshake itself, greets the
+//! client with djust's `connect` frame, reads the `mount` frame to learn the page (and so the
+//! room), opens the WebSocket to the room's owner with the client's headers, drops that backend's
+//! own greeting, forwards the `mount`, and relays both ways with a live-navigation watch.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::request::Parts;
+use http::{Request, Response, StatusCode, Version};
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use regex::Regex;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tracing::Instrument;
+
+use super::Gateway;
+use super::headers;
+use super::upgrade::{self, TunnelSpec};
+use crate::backends::Backend;
+use crate::config::{Config, OnMissing};
+use crate::djust;
+use crate::error::{BackendError, ClientError, ProxyError, close_code_for};
+use crate::relay::frame::{OP_TEXT, close_frame, frame};
+use crate::relay::message::{self, ReadError, Rewind};
+use crate::relay::watch::NavWatch;
+use crate::room_key;
+
+type Upgraded = TokioIo<hyper::upgrade::Upgraded>;
+
+/// How a first message routes the socket.
+struct Routed {
+    room: Option<String>,
+    backend: Arc<Backend>,
+}
+
+/// Answers the client's handshake with a 101 and starts the session in its own task. `parts`
+/// holds the client's request with hop-by-hop headers removed and forwarding headers set.
+pub fn accept(
+    gateway: &Arc<Gateway>,
+    parts: Parts,
+    client_upgrade: OnUpgrade,
+    regex: Regex,
+    on_missing: OnMissing,
+    client: SocketAddr,
+) -> Result<Response<Bytes>, ClientError> {
+    let h = &parts.headers;
+    if h.get(header::SEC_WEBSOCKET_VERSION).is_none_or(|v| v.as_bytes() != b"13") {
+        return Err(ClientError::BadHandshake("Sec-WebSocket-Version must be 13"));
+    }
+    let key = h.get(header::SEC_WEBSOCKET_KEY).ok_or(ClientError::BadHandshake("no Sec-WebSocket-Key"))?;
+    let accept = HeaderValue::try_from(derive_accept_key(key.as_bytes()))
+        .map_err(|_| ClientError::BadHandshake("unusable Sec-WebSocket-Key"))?;
+    let mut resp = Response::new(Bytes::new());
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let rh = resp.headers_mut();
+    rh.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    rh.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    rh.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    let session = Session { gateway: gateway.clone(), parts, regex, on_missing, client };
+    let span = tracing::info_span!("djust", %client, room = tracing::field::Empty);
+    tokio::spawn(
+        async move {
+            match client_upgrade.await {
+                Ok(io) => session.run(TokioIo::new(io)).await,
+                Err(e) => tracing::debug!(error = %e, "websocket upgrade did not complete"),
+            }
+        }
+        .instrument(span),
+    );
+    Ok(resp)
+}
+
+struct Session {
+    gateway: Arc<Gateway>,
+    parts: Parts,
+    regex: Regex,
+    on_missing: OnMissing,
+    client: SocketAddr,
+}
+
+impl Session {
+    async fn run<C: AsyncRead + AsyncWrite + Unpin>(self, mut client_io: C) {
+        let snap = self.gateway.snapshot();
+        let config = &snap.config;
+        let greeting = djust::connect_message(&djust::session_id());
+        if client_io.write_all(&frame(OP_TEXT, greeting.as_bytes(), None)).await.is_err() {
+            return;
+        }
+        let limit = config.limits.max_first_message;
+        let wait = config.timeouts.first_message;
+        let mut buf = Vec::new();
+        let mount = match tokio::time::timeout(wait, message::read_message(&mut client_io, &mut buf, limit)).await {
+            Ok(Ok(mount)) => mount,
+            Ok(Err(ReadError::TooLarge(limit))) => {
+                return self.refuse(client_io, &ClientError::FirstMessageTooLarge(limit).into(), None).await;
+            }
+            Ok(Err(e)) => return tracing::debug!(error = %e, "client left before its first message"),
+            Err(_) => return self.refuse(client_io, &ClientError::FirstMessageTimeout(wait).into(), None).await,
+        };
+        let started = Instant::now();
+        let routed = match self.route(&snap, &mount.payload).await {
+            Ok(routed) => routed,
+            Err(e) => return self.refuse(client_io, &e, None).await,
+        };
+        let room = routed.room.as_deref();
+        tracing::Span::current().record("room", room);
+        let opened = self.open(config, &routed.backend).await;
+        self.gateway.observe_backend(&snap, &routed.backend, &opened, started);
+        let mut backend_io = match opened {
+            Ok(Ok(io)) => io,
+            Ok(Err(status)) => {
+                let code = close_code_for(status);
+                let backend = &*routed.backend.id;
+                tracing::warn!(
+                    room,
+                    backend,
+                    status = status.as_u16(),
+                    close_code = code,
+                    "backend refused the djust handshake"
+                );
+                let _ = client_io.write_all(&close_frame(code, &format!("backend answered {status}"), None)).await;
+                let _ = client_io.shutdown().await;
+                return;
+            }
+            Err(e) => return self.refuse(client_io, &e.into(), room).await,
+        };
+        let backend_pre = match greeting_skipped(&mut backend_io, config).await {
+            Ok(pre) => pre,
+            Err(code) => {
+                tracing::warn!(room, backend = %routed.backend.id, close_code = code, "backend refused the socket after its 101");
+                let _ = client_io.write_all(&close_frame(code, "refused by the backend", None)).await;
+                let _ = client_io.shutdown().await;
+                return;
+            }
+        };
+        if backend_io.write_all(&mount.raw).await.is_err() {
+            let err = BackendError::Failed {
+                backend: routed.backend.id.to_string(),
+                source: "connection lost before the mount frame was sent".into(),
+            };
+            return self.refuse(client_io, &err.into(), room).await;
+        }
+        let spec = TunnelSpec { client: self.client, room: routed.room.clone(), backend: routed.backend.clone() };
+        let held = upgrade::hold(&self.gateway, &spec);
+        let watch = NavWatch::new(self.regex.clone(), room, limit);
+        let opts = self.gateway.tunnel_options();
+        let client_io = Rewind::new(client_io, buf);
+        let backend_io = Rewind::new(backend_io, backend_pre);
+        upgrade::run(client_io, backend_io, held, spec, opts, Some(watch)).await;
+    }
+
+    /// The room of the page in the `mount` frame and its owner; the shared pool for a page
+    /// without a room when the route allows it.
+    async fn route(&self, snap: &crate::snapshot::Snapshot, payload: &[u8]) -> Result<Routed, ProxyError> {
+        let room = match djust::page_path(payload, "mount") {
+            Ok(path) => room_key::room_in_path(&self.regex, &path).map_err(|why| {
+                ClientError::BadKey(room_key::KeyError {
+                    source_desc: format!("djust:{} (url {path:?})", self.regex),
+                    why,
+                })
+            })?,
+            Err(e) => {
+                tracing::debug!(error = %e, "first message names no page");
+                None
+            }
+        };
+        match room {
+            Some(room) => {
+                let backend = self.gateway.owner(snap, &room).await?;
+                Ok(Routed { room: Some(room), backend })
+            }
+            None if self.on_missing == OnMissing::Shared => {
+                let backend = snap.next_shared().ok_or(BackendError::NoBackends)?.clone();
+                Ok(Routed { room: None, backend })
+            }
+            None => Err(ClientError::MissingKey {
+                prefix: self.parts.uri.path().to_owned(),
+                sources: format!("djust:{}", self.regex),
+            }
+            .into()),
+        }
+    }
+
+    /// Opens the WebSocket to the backend with the client's headers, without extensions
+    /// (roomgate reads the frames, so they must not be compressed).
+    /// `Ok(Err(status))`: the backend answered, but not with a 101.
+    async fn open(
+        &self,
+        config: &Config,
+        backend: &Arc<Backend>,
+    ) -> Result<Result<Upgraded, StatusCode>, BackendError> {
+        let mut parts = self.parts.clone();
+        headers::set_websocket_upgrade(&mut parts.headers);
+        parts.headers.remove(header::SEC_WEBSOCKET_EXTENSIONS);
+        parts.version = Version::HTTP_11;
+        if let Some(pq) = parts.uri.path_and_query().cloned() {
+            parts.uri = pq.into();
+        }
+        let t = &config.timeouts;
+        let mut resp = upgrade::open(backend, Request::from_parts(parts, ()), t.connect, t.upstream_response).await?;
+        if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+            return Ok(Err(resp.status()));
+        }
+        match hyper::upgrade::on(&mut resp).await {
+            Ok(io) => Ok(Ok(TokioIo::new(io))),
+            Err(e) => Err(BackendError::Failed { backend: backend.id.to_string(), source: Box::new(e) }),
+        }
+    }
+
+    /// Closes the client's socket with the code for `err` and logs why.
+    async fn refuse<C: AsyncWrite + Unpin>(&self, mut client_io: C, err: &ProxyError, room: Option<&str>) {
+        let code = err.close_code();
+        match err {
+            ProxyError::Backend(_) => {
+                tracing::warn!(room, close_code = code, error = %err.detail(), "djust socket failed")
+            }
+            ProxyError::Client(_) => {
+                tracing::info!(room, close_code = code, error = %err.detail(), "djust socket refused")
+            }
+        }
+        let _ = client_io.write_all(&close_frame(code, &err.to_string(), None)).await;
+        let _ = client_io.shutdown().await;
+    }
+}
+
+/// Reads the backend's first message and drops it if it is djust's `connect` greeting (the
+/// client had roomgate's). Returns the bytes read ahead, which the pump relays first. A close
+/// instead (a 101 then 4429) is `Err(code)`.
+async fn greeting_skipped<B: AsyncRead + AsyncWrite + Unpin>(
+    backend_io: &mut B,
+    config: &Config,
+) -> Result<Vec<u8>, u16> {
+    let mut buf = Vec::new();
+    let limit = config.limits.max_first_message;
+    match tokio::time::timeout(config.timeouts.upstream_response, message::read_message(backend_io, &mut buf, limit))
+        .await
+    {
+        Ok(Ok(msg)) if djust::is_connect(&msg.payload) => Ok(buf),
+        Ok(Ok(msg)) => {
+            let mut pre = msg.raw;
+            pre.extend_from_slice(&buf);
+            Ok(pre)
+        }
+        // Not a greeting we can read whole: relay it as it is.
+        Ok(Err(ReadError::TooLarge(_) | ReadError::Frame(_))) => Ok(buf),
+        Ok(Err(ReadError::Closed(code))) => {
+            let code = code.unwrap_or(1011);
+            let _ = backend_io.write_all(&close_frame(code, "", Some(crate::relay::mask_key()))).await;
+            Err(code)
+        }
+        Ok(Err(ReadError::Eof | ReadError::Io(_))) => Err(close_code_for(StatusCode::BAD_GATEWAY)),
+        Err(_) => Err(close_code_for(StatusCode::GATEWAY_TIMEOUT)),
+    }
+}
