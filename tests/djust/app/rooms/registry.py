@@ -1,0 +1,110 @@
+# tests/djust/app/rooms/registry.py: per-process room state (module-level dict) and the Redis lobby store.
+import logging
+import threading
+
+import redis
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+# room -> {"count": int, "members": set of member ids}. One copy per backend PROCESS:
+# if a proxy splits a room across two backends, each holds its own count.
+ROOMS = {}
+_lock = threading.Lock()
+
+
+def join(room, member):
+    with _lock:
+        state = ROOMS.setdefault(room, {"count": 0, "members": set()})
+        state["members"].add(member)
+
+
+def leave(room, member):
+    with _lock:
+        state = ROOMS.get(room)
+        if state:
+            state["members"].discard(member)  # the count is kept: a reconnect sees it
+
+
+def bump(room):
+    with _lock:
+        state = ROOMS.setdefault(room, {"count": 0, "members": set()})
+        state["count"] += 1
+
+
+def read(room):
+    """(count, number of members) of a room in this process."""
+    with _lock:
+        state = ROOMS.get(room) or {"count": 0, "members": ()}
+        return state["count"], len(state["members"])
+
+
+# ---- Redis lobby: {prefix}rooms = hash room -> backend id that last mounted it;
+#      {prefix}room:<room> = hash backend id -> live members on that backend.
+_client = None
+_LEAVE = """
+local n = redis.call('HINCRBY', KEYS[2], ARGV[2], -1)
+if n <= 0 then redis.call('HDEL', KEYS[2], ARGV[2]) end
+local rest = redis.call('HKEYS', KEYS[2])
+if #rest == 0 then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+elseif n <= 0 and redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], rest[1])
+end
+return n
+"""
+
+
+def _redis():
+    global _client
+    if not settings.REDIS_SOCKET:
+        return None
+    if _client is None:
+        _client = redis.Redis(
+            unix_socket_path=settings.REDIS_SOCKET,
+            socket_timeout=2,
+            socket_connect_timeout=2,
+            decode_responses=True,
+        )
+    return _client
+
+
+def _keys(room):
+    p = settings.LOBBY_PREFIX
+    return p + "rooms", p + "room:" + room
+
+
+def lobby_join(room):
+    r = _redis()
+    if r is None:
+        return
+    rooms_key, room_key = _keys(room)
+    try:
+        with r.pipeline(transaction=True) as pipe:
+            pipe.hincrby(room_key, settings.BACKEND_ID, 1)
+            pipe.hset(rooms_key, room, settings.BACKEND_ID)
+            pipe.execute()
+    except redis.RedisError as e:
+        log.warning("lobby join %s failed: %s", room, e)
+
+
+def lobby_leave(room):
+    r = _redis()
+    if r is None:
+        return
+    try:
+        r.eval(_LEAVE, 2, *_keys(room), room, settings.BACKEND_ID)
+    except redis.RedisError as e:
+        log.warning("lobby leave %s failed: %s", room, e)
+
+
+def lobby_snapshot():
+    """{room: {"backend": id, "members": total, "backends": {id: members}}}"""
+    r = _redis()
+    if r is None:
+        return {}
+    out = {}
+    for room, backend in sorted(r.hgetall(settings.LOBBY_PREFIX + "rooms").items()):
+        per = {b: int(n) for b, n in r.hgetall(_keys(room)[1]).items()}
+        out[room] = {"backend": backend, "members": sum(per.values()), "backends": per}
+    return out

@@ -1,0 +1,11 @@
+# tests/djust/app/rooms/urls.py: URL map (room LiveView, lobby, whoami).
+from django.urls import path
+
+from rooms import views
+
+urlpatterns = [
+    path("room/<str:room>/", views.RoomView.as_view(), name="room"),
+    path("lobby/", views.lobby_html, name="lobby"),
+    path("lobby.json", views.lobby_json, name="lobby-json"),
+    path("whoami", views.whoami, name="whoami"),
+]
