@@ -1,5 +1,5 @@
-//! Criterion benches of the pure functions on the request path: placement, room key extraction
-//! and frame tracking. Inputs are built outside the measured closures.
+//! Criterion benches of the pure functions on the request path: placement, room key extraction,
+//! frame tracking and djust's mount and live-navigation checks. Inputs are built outside the measured closures.
 
 #![allow(clippy::unwrap_used)]
 
@@ -7,8 +7,10 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use http::Request;
+use roomgate::djust;
 use roomgate::placement::{Algorithm, Placement};
-use roomgate::relay::frame::FrameTracker;
+use roomgate::relay::frame::{FrameTracker, OP_TEXT, frame};
+use roomgate::relay::watch::{NavWatch, Scan};
 use roomgate::room_key::{self, KeySource, RequestView};
 
 fn placement(c: &mut Criterion) {
@@ -106,5 +108,39 @@ fn unmasked_frame(len: usize) -> Vec<u8> {
     out
 }
 
-criterion_group!(benches, placement, key_extraction, frame_tracking);
+fn djust_protocol(c: &mut Criterion) {
+    let mask = Some([1, 2, 3, 4]);
+    let regex = regex::Regex::new("^/room/(?P<room>[^/]+)/").unwrap();
+    let mount = br#"{"type":"mount","view":"rooms.views.RoomView","params":{},"url":"/room/42/","has_prerendered":true,"client_timezone":"UTC"}"#;
+    let event = frame(OP_TEXT, br#"{"type":"event","event":"increment","params":{},"ref":7}"#, mask);
+    let redirect = frame(
+        OP_TEXT,
+        br#"{"type":"live_redirect_mount","view":"rooms.views.RoomView","params":{},"url":"/room/42/"}"#,
+        mask,
+    );
+    let mut group = c.benchmark_group("djust");
+    group.bench_function("mount frame to room key", |b| {
+        b.iter(|| {
+            let path = djust::page_path(black_box(mount), "mount").unwrap();
+            black_box(room_key::room_in_path(&regex, &path).unwrap())
+        })
+    });
+    // The per-message cost of watching a djust socket's client stream.
+    let mut watch = NavWatch::new(regex.clone(), Some("42"), 64 * 1024);
+    group.bench_function("live-navigation watch, ordinary event", |b| {
+        b.iter(|| match watch.scan(black_box(&event)).unwrap() {
+            Scan::Write(out) => black_box(out.as_slice().len()),
+            Scan::Navigate(..) => unreachable!(),
+        })
+    });
+    group.bench_function("live-navigation watch, same-room navigation", |b| {
+        b.iter(|| match watch.scan(black_box(&redirect)).unwrap() {
+            Scan::Write(out) => black_box(out.as_slice().len()),
+            Scan::Navigate(..) => unreachable!(),
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, placement, key_extraction, frame_tracking, djust_protocol);
 criterion_main!(benches);

@@ -5,6 +5,7 @@
 //! - [`server`]: accepts connections on the listeners it is given and serves HTTP/1.1 on them.
 //! - [`proxy`]: the request path (route, room key, placement, forward or upgrade).
 //! - [`room_key`]: where a request carries its room, and what a valid key is (pure).
+//! - [`djust`]: djust's protocol as roomgate speaks it, for sockets routed by their mount frame (pure).
 //! - [`placement`]: rendezvous or ring placement over stable backend ids (pure).
 //! - [`snapshot`]: the immutable view (config, backends, placement) a request works from.
 //! - [`relay`]: WebSocket tunnels after the upgrade, frame-boundary aware.

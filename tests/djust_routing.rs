@@ -197,3 +197,16 @@ async fn an_unreachable_owner_is_close_4502() {
     b.pop().unwrap().stop();
     assert_eq!(refused(&proxy, "/ws/live/", Some(&mount("/room/1/")), &[DJUST]).await, Some(4502));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_reaches_a_socket_still_waiting_for_its_mount() {
+    let backends = backends(1).await;
+    let extra = "[timeouts]\nfirst_message = \"60s\"\n";
+    let proxy = Proxy::start(&config(&backend_list(&backends), DJUST_ROUTES, extra)).await;
+    let mut ws = ws_connect(&proxy.ws_url("/ws/live/"), &[DJUST]).await;
+    let hello = next(&mut ws).await.into_text().unwrap();
+    assert!(hello.contains(r#""type":"connect""#));
+    let stopping = tokio::spawn(proxy.shutdown());
+    assert_eq!(close_code(&mut ws).await, Some(1001));
+    stopping.await.unwrap();
+}

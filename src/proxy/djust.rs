@@ -25,12 +25,22 @@ use crate::backends::Backend;
 use crate::config::{Config, OnMissing};
 use crate::djust;
 use crate::error::{BackendError, ClientError, ProxyError, close_code_for};
+use crate::relay::CLOSE_GOING_AWAY;
 use crate::relay::frame::{OP_TEXT, close_frame, frame};
 use crate::relay::message::{self, ReadError, Rewind};
 use crate::relay::watch::NavWatch;
 use crate::room_key;
 
 type Upgraded = TokioIo<hyper::upgrade::Upgraded>;
+
+/// A socket ready to relay: routed, the backend's socket open with the mount sent, and the bytes
+/// each side sent beyond what was read.
+struct Ready {
+    routed: Routed,
+    backend_io: Upgraded,
+    client_pre: Vec<u8>,
+    backend_pre: Vec<u8>,
+}
 
 /// How a first message routes the socket.
 struct Routed {
@@ -85,21 +95,47 @@ struct Session {
 
 impl Session {
     async fn run<C: AsyncRead + AsyncWrite + Unpin>(self, mut client_io: C) {
+        // Registered while it is being routed, so that a shutdown reaches it too.
+        let pending = self.gateway.tunnels.register(None, self.gateway.none.clone());
+        let ready = tokio::select! {
+            ready = self.prepare(&mut client_io) => ready,
+            code = pending.handle().close_requested() => {
+                let reason = if code == CLOSE_GOING_AWAY { "roomgate is shutting down" } else { "closed by roomgate" };
+                return close(&mut client_io, code, reason).await;
+            }
+        };
+        let Some(Ready { routed, backend_io, client_pre, backend_pre }) = ready else { return };
+        let room = routed.room.as_deref();
+        let spec = TunnelSpec { client: self.client, room: routed.room.clone(), backend: routed.backend.clone() };
+        let held = upgrade::hold(&self.gateway, &spec);
+        drop(pending);
+        let watch = NavWatch::new(self.regex.clone(), room, self.gateway.snapshot().config.limits.max_first_message);
+        let opts = self.gateway.tunnel_options();
+        let client_io = Rewind::new(client_io, client_pre);
+        let backend_io = Rewind::new(backend_io, backend_pre);
+        upgrade::run(client_io, backend_io, held, spec, opts, Some(watch)).await;
+    }
+
+    /// Greets the client, reads its mount, routes it and opens the backend's socket, with the
+    /// mount sent on. `None`: the client was refused (and told why) or left.
+    async fn prepare<C: AsyncRead + AsyncWrite + Unpin>(&self, client_io: &mut C) -> Option<Ready> {
         let snap = self.gateway.snapshot();
         let config = &snap.config;
         let greeting = djust::connect_message(&djust::session_id());
-        if client_io.write_all(&frame(OP_TEXT, greeting.as_bytes(), None)).await.is_err() {
-            return;
-        }
+        client_io.write_all(&frame(OP_TEXT, greeting.as_bytes(), None)).await.ok()?;
         let limit = config.limits.max_first_message;
         let wait = config.timeouts.first_message;
-        let mut buf = Vec::new();
-        let mount = match tokio::time::timeout(wait, message::read_message(&mut client_io, &mut buf, limit)).await {
+        let mut client_pre = Vec::new();
+        let read = tokio::time::timeout(wait, message::read_message(client_io, &mut client_pre, limit)).await;
+        let mount = match read {
             Ok(Ok(mount)) => mount,
             Ok(Err(ReadError::TooLarge(limit))) => {
                 return self.refuse(client_io, &ClientError::FirstMessageTooLarge(limit).into(), None).await;
             }
-            Ok(Err(e)) => return tracing::debug!(error = %e, "client left before its first message"),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "client left before its first message");
+                return None;
+            }
             Err(_) => return self.refuse(client_io, &ClientError::FirstMessageTimeout(wait).into(), None).await,
         };
         let started = Instant::now();
@@ -108,6 +144,7 @@ impl Session {
             Err(e) => return self.refuse(client_io, &e, None).await,
         };
         let room = routed.room.as_deref();
+        let backend = &*routed.backend.id;
         tracing::Span::current().record("room", room);
         let opened = self.open(config, &routed.backend).await;
         self.gateway.observe_backend(&snap, &routed.backend, &opened, started);
@@ -115,7 +152,6 @@ impl Session {
             Ok(Ok(io)) => io,
             Ok(Err(status)) => {
                 let code = close_code_for(status);
-                let backend = &*routed.backend.id;
                 tracing::warn!(
                     room,
                     backend,
@@ -123,35 +159,27 @@ impl Session {
                     close_code = code,
                     "backend refused the djust handshake"
                 );
-                let _ = client_io.write_all(&close_frame(code, &format!("backend answered {status}"), None)).await;
-                let _ = client_io.shutdown().await;
-                return;
+                close(client_io, code, &format!("backend answered {status}")).await;
+                return None;
             }
             Err(e) => return self.refuse(client_io, &e.into(), room).await,
         };
         let backend_pre = match greeting_skipped(&mut backend_io, config).await {
             Ok(pre) => pre,
             Err(code) => {
-                tracing::warn!(room, backend = %routed.backend.id, close_code = code, "backend refused the socket after its 101");
-                let _ = client_io.write_all(&close_frame(code, "refused by the backend", None)).await;
-                let _ = client_io.shutdown().await;
-                return;
+                tracing::warn!(room, backend, close_code = code, "backend refused the socket after its 101");
+                close(client_io, code, "refused by the backend").await;
+                return None;
             }
         };
         if backend_io.write_all(&mount.raw).await.is_err() {
             let err = BackendError::Failed {
-                backend: routed.backend.id.to_string(),
+                backend: backend.to_owned(),
                 source: "connection lost before the mount frame was sent".into(),
             };
             return self.refuse(client_io, &err.into(), room).await;
         }
-        let spec = TunnelSpec { client: self.client, room: routed.room.clone(), backend: routed.backend.clone() };
-        let held = upgrade::hold(&self.gateway, &spec);
-        let watch = NavWatch::new(self.regex.clone(), room, limit);
-        let opts = self.gateway.tunnel_options();
-        let client_io = Rewind::new(client_io, buf);
-        let backend_io = Rewind::new(backend_io, backend_pre);
-        upgrade::run(client_io, backend_io, held, spec, opts, Some(watch)).await;
+        Some(Ready { routed, backend_io, client_pre, backend_pre })
     }
 
     /// The room of the page in the `mount` frame and its owner; the shared pool for a page
@@ -212,8 +240,13 @@ impl Session {
         }
     }
 
-    /// Closes the client's socket with the code for `err` and logs why.
-    async fn refuse<C: AsyncWrite + Unpin>(&self, mut client_io: C, err: &ProxyError, room: Option<&str>) {
+    /// Closes the client's socket with the code for `err` and logs why. Always `None`.
+    async fn refuse<C: AsyncWrite + Unpin, T>(
+        &self,
+        client_io: &mut C,
+        err: &ProxyError,
+        room: Option<&str>,
+    ) -> Option<T> {
         let code = err.close_code();
         match err {
             ProxyError::Backend(_) => {
@@ -223,9 +256,15 @@ impl Session {
                 tracing::info!(room, close_code = code, error = %err.detail(), "djust socket refused")
             }
         }
-        let _ = client_io.write_all(&close_frame(code, &err.to_string(), None)).await;
-        let _ = client_io.shutdown().await;
+        close(client_io, code, &err.to_string()).await;
+        None
     }
+}
+
+/// Sends the client a close frame and ends the stream (no reply is awaited: nothing follows).
+async fn close<C: AsyncWrite + Unpin>(client_io: &mut C, code: u16, reason: &str) {
+    let _ = client_io.write_all(&close_frame(code, reason, None)).await;
+    let _ = client_io.shutdown().await;
 }
 
 /// Reads the backend's first message and drops it if it is djust's `connect` greeting (the
