@@ -160,6 +160,11 @@ struct Stack {
 
 impl Stack {
     async fn start(n: usize) -> Stack {
+        Self::start_with(n, "").await
+    }
+
+    /// With `extra` config sections for roomgate.
+    async fn start_with(n: usize, extra: &str) -> Stack {
         let dir = tempfile::tempdir().unwrap();
         let redis = Redis::start(dir.path()).await;
         let prefix = format!("e2e-{}:", std::process::id());
@@ -170,7 +175,7 @@ impl Stack {
         }))
         .await;
         let list: Vec<(&str, SocketAddr)> = backends.iter().map(|b| (b.id.as_str(), b.addr)).collect();
-        let proxy = Proxy::start(&config(&list, ROUTES, "")).await;
+        let proxy = Proxy::start(&config(&list, ROUTES, extra)).await;
         Stack { _dir: dir, _redis: redis, backends, proxy }
     }
 
@@ -597,6 +602,52 @@ async fn a_killed_backend_s_rooms_regroup_on_one_new_owner() {
         median(times),
         max
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_backend_keeps_its_live_rooms_until_the_deadline_then_they_move_together() {
+    let stack = Stack::start_with(3, "[drain]\nspread = \"100ms\"\n").await;
+    let victim = stack.backends[0].id.clone();
+    let mut on_victim = Vec::new();
+    for i in 0..400 {
+        let room = format!("d{i}");
+        if stack.owner(&room).await == victim {
+            on_victim.push(room);
+        }
+        if on_victim.len() == 2 {
+            break;
+        }
+    }
+    let (live, empty) = (&on_victim[0], &on_victim[1]);
+    let mut members = Vec::new();
+    for u in 0..2 {
+        let mut tab = Tab::new(stack.proxy.addr, local(400 + u));
+        tab.open(live).await;
+        assert_eq!(tab.backend, victim);
+        members.push(tab);
+    }
+    let (status, body) =
+        admin_post(&stack.proxy, &format!("/admin/backends/{victim}/drain"), r#"{"deadline": "2s"}"#).await;
+    assert!(status.is_success(), "{body}");
+    // Before the deadline: the live room stays and keeps working; an empty room and new rooms go
+    // elsewhere.
+    assert_eq!(members[0].increment().await, 1);
+    members[1].wait_count(1).await;
+    assert_ne!(stack.owner(empty).await, victim, "an empty room of a draining backend moves at once");
+    for i in 0..10 {
+        assert_ne!(stack.owner(&format!("fresh{i}")).await, victim);
+    }
+    // At the deadline the live room's sockets get 1012 and both members regroup on one new owner.
+    for tab in members.iter_mut() {
+        assert_eq!(tab.closed().await, Some(1012));
+    }
+    for tab in members.iter_mut() {
+        tab.reconnect().await;
+    }
+    assert_eq!(members[0].backend, members[1].backend);
+    assert_ne!(members[0].backend, victim);
+    let status = admin_get(&stack.proxy, "/admin/status").await;
+    assert_eq!(status["split_rooms"], 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
