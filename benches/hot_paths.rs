@@ -126,7 +126,7 @@ fn djust_protocol(c: &mut Criterion) {
         })
     });
     // The per-message cost of watching a djust socket's client stream.
-    let mut watch = NavWatch::new(regex.clone(), Some("42"), 64 * 1024);
+    let mut watch = NavWatch::new(regex.clone(), Some("42"), 64 * 1024, Default::default());
     group.bench_function("live-navigation watch, ordinary event", |b| {
         b.iter(|| match watch.scan(black_box(&event)).unwrap() {
             Scan::Write(out) => black_box(out.as_slice().len()),

@@ -33,6 +33,11 @@ struct ResultLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TransitionLabels {
     backend: Arc<str>,
     to: &'static str,
@@ -44,6 +49,7 @@ pub struct Metrics {
     upstream_seconds: Family<BackendLabel, Histogram>,
     reloads: Family<ResultLabel, Counter>,
     health: Family<TransitionLabels, Counter>,
+    djust: Family<OutcomeLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -73,7 +79,24 @@ impl Metrics {
         registry.register("reloads", "Config reloads by result", reloads.clone());
         let health = Family::<TransitionLabels, Counter>::default();
         registry.register("health_transitions", "Backends going down or coming up", health.clone());
-        Metrics { registry, requests, upstream_seconds, reloads, health }
+        let djust = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "djust_sockets",
+            "djust sockets routed by their mount frame, by outcome: room, shared, refused (by roomgate), \
+             backend_refused, navigated (closed on live navigation out of the room)",
+            djust.clone(),
+        );
+        Metrics { registry, requests, upstream_seconds, reloads, health, djust }
+    }
+
+    /// Counts a djust socket's outcome (see the metric's help text).
+    pub fn djust(&self, outcome: &'static str) {
+        self.djust_counter(outcome).inc();
+    }
+
+    /// The counter of one djust outcome, to be incremented later (by a socket's watch).
+    pub fn djust_counter(&self, outcome: &'static str) -> Counter {
+        self.djust.get_or_create(&OutcomeLabel { outcome }).clone()
     }
 
     pub fn request(&self, labels: &RequestLabels) {

@@ -154,6 +154,9 @@ async fn live_navigation_within_the_room_passes_and_out_of_it_closes_1012() {
     let (_, _, owner2) = get(&http_client(), &proxy.url("/room/2/"), &[]).await;
     let mut ws = open_page(&proxy, "/ws/live/", "/room/2/", &[DJUST]).await;
     assert_eq!(ws_backend(&mut ws).await, owner2);
+    let (_, _, metrics) = get(&http_client(), &proxy.admin_url("/metrics"), &[]).await;
+    assert!(metrics.contains(r#"roomgate_djust_sockets_total{outcome="navigated"} 1"#), "{metrics}");
+    assert!(metrics.contains(r#"roomgate_djust_sockets_total{outcome="room"} 2"#), "{metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

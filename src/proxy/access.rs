@@ -56,6 +56,7 @@ pub fn websocket_closed(
     ending: &Ending,
 ) {
     let (closed_by, proxy_code) = match ending {
+        Ending::Finished if stats.navigated => ("roomgate-navigation", Some(1012)),
         Ending::Finished => ("peers", None),
         Ending::ClosedByProxy(code) => ("roomgate", Some(*code)),
         Ending::CloseTimedOut(code) => ("roomgate-timeout", Some(*code)),

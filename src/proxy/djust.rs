@@ -106,10 +106,13 @@ impl Session {
         };
         let Some(Ready { routed, backend_io, client_pre, backend_pre }) = ready else { return };
         let room = routed.room.as_deref();
+        let metrics = &self.gateway.metrics;
+        metrics.djust(if room.is_some() { "room" } else { "shared" });
         let spec = TunnelSpec { client: self.client, room: routed.room.clone(), backend: routed.backend.clone() };
         let held = upgrade::hold(&self.gateway, &spec);
         drop(pending);
-        let watch = NavWatch::new(self.regex.clone(), room, self.gateway.snapshot().config.limits.max_first_message);
+        let limit = self.gateway.snapshot().config.limits.max_first_message;
+        let watch = NavWatch::new(self.regex.clone(), room, limit, metrics.djust_counter("navigated"));
         let opts = self.gateway.tunnel_options();
         let client_io = Rewind::new(client_io, client_pre);
         let backend_io = Rewind::new(backend_io, backend_pre);
@@ -168,6 +171,7 @@ impl Session {
             Ok(pre) => pre,
             Err(code) => {
                 tracing::warn!(room, backend, close_code = code, "backend refused the socket after its 101");
+                self.gateway.metrics.djust("backend_refused");
                 close(client_io, code, "refused by the backend").await;
                 return None;
             }
@@ -248,6 +252,7 @@ impl Session {
         room: Option<&str>,
     ) -> Option<T> {
         let code = err.close_code();
+        self.gateway.metrics.djust("refused");
         match err {
             ProxyError::Backend(_) => {
                 tracing::warn!(room, close_code = code, error = %err.detail(), "djust socket failed")

@@ -4,6 +4,7 @@
 //! either passed on (same room) or dropped, and the socket closed so that the client reconnects and
 //! mounts the new room on its owner.
 
+use prometheus_client::metrics::counter::Counter;
 use regex::Regex;
 
 use super::frame::{FrameError, Head, OP_TEXT, parse_head, unmask};
@@ -22,6 +23,8 @@ pub struct NavWatch {
     held: Vec<u8>,
     /// Payload bytes still to pass of a frame already let through.
     skip: u64,
+    /// Counts navigations out of the room (a metric).
+    navigations: Counter,
 }
 
 /// What to do with a chunk of the client stream.
@@ -49,8 +52,8 @@ impl Out<'_> {
 }
 
 impl NavWatch {
-    pub fn new(regex: Regex, room: Option<&str>, limit: usize) -> Self {
-        NavWatch { regex, room: room.map(Into::into), limit, held: Vec::new(), skip: 0 }
+    pub fn new(regex: Regex, room: Option<&str>, limit: usize, navigations: Counter) -> Self {
+        NavWatch { regex, room: room.map(Into::into), limit, held: Vec::new(), skip: 0, navigations }
     }
 
     /// The room this socket belongs to.
@@ -110,6 +113,7 @@ impl NavWatch {
                     }
                     let frame = &buf[i..i + head.frame_len() as usize];
                     if let Some(path) = self.leaves_room(&head, frame) {
+                        self.navigations.inc();
                         return Ok((i, Some(path)));
                     }
                 }
@@ -161,7 +165,7 @@ mod tests {
     const MASK: Option<[u8; 4]> = Some([9, 8, 7, 6]);
 
     fn watch() -> NavWatch {
-        NavWatch::new(Regex::new("^/room/(?P<room>[^/]+)/").unwrap(), Some("42"), 64 * 1024)
+        NavWatch::new(Regex::new("^/room/(?P<room>[^/]+)/").unwrap(), Some("42"), 64 * 1024, Counter::default())
     }
 
     fn redirect(url: &str) -> Vec<u8> {
@@ -228,7 +232,7 @@ mod tests {
 
     #[test]
     fn a_shared_socket_reconnects_only_to_enter_a_room() {
-        let mut w = NavWatch::new(Regex::new("^/room/(?P<room>[^/]+)/").unwrap(), None, 64 * 1024);
+        let mut w = NavWatch::new(Regex::new("^/room/(?P<room>[^/]+)/").unwrap(), None, 64 * 1024, Counter::default());
         assert_eq!(run(&mut w, &redirect("/lobby/"), 3).1, None);
         assert_eq!(run(&mut w, &redirect("/room/5/"), 3).1.as_deref(), Some("/room/5/"));
     }
