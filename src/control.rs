@@ -2,7 +2,7 @@
 //! maintenance tick that expires idle rooms, closes rooms at a drain deadline and lets drained
 //! backends go. Every snapshot change goes through here, one at a time.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -25,6 +25,11 @@ pub struct Control {
     epoch: tokio::sync::watch::Sender<u64>,
     /// Rooms found split at the last check, so that each split is counted once.
     split_now: Mutex<HashSet<Box<str>>>,
+    /// Drains started or ended here lately: the fleet's view of them may not include the change
+    /// yet, so syncs leave them alone for a while.
+    local_drain_changes: Mutex<HashMap<Arc<str>, Instant>>,
+    /// Completed syncs with a shared directory, for whoever waits on one.
+    syncs: tokio::sync::watch::Sender<u64>,
 }
 
 /// The outcome of the last reload, for the admin API.
@@ -59,6 +64,8 @@ impl Control {
             closed_drains: Mutex::new(HashSet::new()),
             epoch: tokio::sync::watch::Sender::new(1),
             split_now: Mutex::new(HashSet::new()),
+            local_drain_changes: Mutex::new(HashMap::new()),
+            syncs: tokio::sync::watch::Sender::new(0),
         });
         // The config the process started with counts as the first successful load.
         control.record(true, None);
@@ -164,8 +171,10 @@ impl Control {
     pub fn drain(&self, id: &str, deadline: Option<Duration>) -> Result<Drain, ControlError> {
         let snap = self.gateway.snapshot();
         let backend = snap.backend(id).ok_or_else(|| ControlError::UnknownBackend(id.into()))?;
-        let drain = backend.set_draining(deadline.unwrap_or(snap.config.drain.deadline), false);
+        let deadline = deadline.unwrap_or(snap.config.drain.deadline);
+        let drain = backend.set_draining(deadline, false);
         tracing::info!(backend = id, deadline_in = ?drain.deadline.saturating_duration_since(Instant::now()), "drain started");
+        self.share_drain(&backend.id, Some(unix_ms().saturating_add(deadline.as_millis() as u64)));
         Ok(drain)
     }
 
@@ -176,7 +185,84 @@ impl Control {
             return Err(ControlError::Removed(id.into()));
         }
         tracing::info!(backend = id, "drain ended; the backend takes new rooms again");
+        self.share_drain(&backend.id, None);
         Ok(())
+    }
+
+    /// Tells the other replicas (through a shared directory) about a drain or its end.
+    fn share_drain(&self, id: &Arc<str>, deadline_ms: Option<u64>) {
+        lock(&self.local_drain_changes).insert(id.clone(), Instant::now());
+        let (directory, id) = (self.gateway.directory.clone(), id.clone());
+        tokio::spawn(async move { directory.share_drain(&id, deadline_ms).await });
+    }
+
+    // === shared directory ===
+
+    /// Completed syncs with a shared directory.
+    pub fn syncs(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.syncs.subscribe()
+    }
+
+    /// Syncs with the fleet every `[directory] refresh` until the task is dropped (shared
+    /// directories only): publishes live rooms, applies drains started elsewhere, and moves the
+    /// sockets of rooms whose fleet owner is another backend.
+    pub async fn sync_directory(self: Arc<Self>) {
+        loop {
+            let snap = self.gateway.snapshot();
+            let crate::config::Directory::Redis { refresh, .. } = snap.config.directory else { return };
+            let me = crate::directory::ReplicaState {
+                epoch: snap.epoch,
+                backends: snap.backends.iter().map(|b| b.id.clone()).collect(),
+            };
+            if let Some(report) = self.gateway.directory.sync(&me).await {
+                self.apply_fleet_drains(&report.drains, refresh);
+                for (room, from, to) in report.conflicts {
+                    let snap = self.gateway.snapshot();
+                    match snap.backend(&to) {
+                        Some(to) => {
+                            tracing::warn!(room, from = %from, to = %to.id, "room recorded on another backend by the fleet: moving its sockets here");
+                            self.gateway.move_room(&room, &from, to).await;
+                        }
+                        None => {
+                            tracing::error!(room, owner = %to, "the fleet's owner of a room is not in this replica's config")
+                        }
+                    }
+                }
+            }
+            self.syncs.send_modify(|n| *n += 1);
+            tokio::time::sleep(refresh).await;
+        }
+    }
+
+    /// Makes this replica's drains match the fleet's, except for backends drained or undrained
+    /// here lately (their change may still be on its way) and backends leaving the config.
+    fn apply_fleet_drains(&self, drains: &HashMap<String, u64>, refresh: Duration) {
+        let snap = self.gateway.snapshot();
+        let now_ms = unix_ms();
+        let mut recent = lock(&self.local_drain_changes);
+        recent.retain(|_, at| at.elapsed() < 3 * refresh);
+        for backend in snap.backends.iter() {
+            if recent.contains_key(&backend.id) || backend.drain().is_some_and(|d| d.removed) {
+                continue;
+            }
+            match (drains.get(&*backend.id), backend.drain()) {
+                (Some(&ms), current) => {
+                    let left = Duration::from_millis(ms.saturating_sub(now_ms));
+                    let wanted = Instant::now() + left;
+                    let off =
+                        current.map(|d| if d.deadline > wanted { d.deadline - wanted } else { wanted - d.deadline });
+                    if off.is_none_or(|off| off > Duration::from_secs(1)) {
+                        backend.set_draining(left, false);
+                        tracing::info!(backend = %backend.id, deadline_in = ?left, "drain started by another replica");
+                    }
+                }
+                (None, Some(_)) => {
+                    backend.set_active();
+                    tracing::info!(backend = %backend.id, "drain ended by another replica");
+                }
+                (None, None) => {}
+            }
+        }
     }
 
     /// Live rooms and open sockets of a backend.
@@ -250,10 +336,14 @@ impl Control {
             let snap = self.gateway.snapshot();
             let Some(to) = snap.place_new(room.as_bytes()).cloned() else { continue };
             if to.id != from {
-                self.gateway.move_room(room, &from, &to);
+                self.gateway.move_room(room, &from, &to).await;
             }
         }
     }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

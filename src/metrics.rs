@@ -156,6 +156,7 @@ impl Metrics {
             "# HELP roomgate_config_epoch Epoch of the config in force\n# TYPE roomgate_config_epoch gauge\nroomgate_config_epoch {}",
             snap.epoch
         );
+        directory.render_metrics(&mut out);
         out.push_str("# EOF\n");
         out
     }

@@ -15,8 +15,9 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::config::Config;
+use crate::config::Directory;
 use crate::control::Control;
-use crate::directory::MemoryDirectory;
+use crate::directory::{MemoryDirectory, RedisDirectory, RedisSettings, RoomDirectory};
 use crate::proxy::Gateway;
 use crate::relay::CLOSE_GOING_AWAY;
 
@@ -34,6 +35,35 @@ pub async fn run(listeners: Listeners, config: Config, shutdown: impl Future<Out
     Server::new(config).serve(listeners, shutdown).await
 }
 
+/// The live-room directory the config asks for.
+fn directory_for(config: &Config) -> Arc<dyn RoomDirectory> {
+    match &config.directory {
+        Directory::Memory => Arc::new(MemoryDirectory::new()),
+        Directory::Redis { url, prefix, refresh, timeout, replica_id } => {
+            let settings = RedisSettings {
+                url: url.clone(),
+                prefix: prefix.clone(),
+                replica: replica_id.clone(),
+                refresh: *refresh,
+                timeout: *timeout,
+                // A room lingers in Redis as it does here, plus two refresh periods of slack.
+                ttl: config.rooms.linger + 2 * *refresh,
+            };
+            match RedisDirectory::new(settings) {
+                Ok(d) => {
+                    tracing::info!(replica = %replica_id, "room directory shared through Redis");
+                    d
+                }
+                Err(e) => {
+                    // The URL was checked when the config was loaded; this cannot happen.
+                    tracing::error!(error = %e, "cannot use the Redis directory; this replica keeps its own");
+                    Arc::new(MemoryDirectory::new())
+                }
+            }
+        }
+    }
+}
+
 /// A roomgate instance: its state, and the handle to change it while it runs (reloads, drains).
 pub struct Server {
     control: Arc<Control>,
@@ -41,7 +71,8 @@ pub struct Server {
 
 impl Server {
     pub fn new(config: Config) -> Server {
-        let gateway = Gateway::new(config, Arc::new(MemoryDirectory::new()));
+        let directory = directory_for(&config);
+        let gateway = Gateway::new(config, directory);
         Server { control: Control::new(gateway) }
     }
 
@@ -70,6 +101,7 @@ impl Server {
             tokio::spawn(self.control.clone().maintain()),
             tokio::spawn(self.control.clone().watch()),
             tokio::spawn(crate::health::run_checks(gateway.clone())),
+            tokio::spawn(self.control.clone().sync_directory()),
         ];
         shutdown.await;
         for task in &background {

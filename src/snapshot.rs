@@ -179,6 +179,9 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.log.format != new.log.format || old.log.level != new.log.level {
         out.push("log.format, log.level");
     }
+    if old.directory != new.directory {
+        out.push("directory.*");
+    }
     out
 }
 

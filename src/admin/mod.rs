@@ -73,7 +73,7 @@ async fn handle(control: &Control, req: Request<Incoming>) -> Response<Full<Byte
         }
         (&Method::GET, ["admin", "status"]) => Ok(status(control)),
         (&Method::GET, ["admin", "rooms"]) => Ok(rooms(control, req.uri().query())),
-        (&Method::GET, ["admin", "rooms", key]) => room(control, key),
+        (&Method::GET, ["admin", "rooms", key]) => room(control, key).await,
         (&Method::POST, ["admin", "backends", id, "drain"]) => {
             let body = read_body(req).await;
             drain(control, id, body)
@@ -155,6 +155,7 @@ fn status(control: &Control) -> Value {
         "websockets": control.gateway().tunnels.len(),
         "split_rooms": control.gateway().splits.load(std::sync::atomic::Ordering::Relaxed),
         "last_reload": control.last_reload(),
+        "directory": control.gateway().directory.status(),
     })
 }
 
@@ -169,10 +170,22 @@ fn rooms(control: &Control, query: Option<&str>) -> Value {
     json!({ "rooms": page, "next": next })
 }
 
-fn room(control: &Control, key: &str) -> Result<Value, (StatusCode, String)> {
+/// A room as this replica knows it, and as the fleet does when the directory is shared
+/// (`fleet`: the recorded owner and, per replica, the owner its connections use and how many).
+async fn room(control: &Control, key: &str) -> Result<Value, (StatusCode, String)> {
     let key = decode(key);
-    match control.gateway().directory.get(&key) {
-        Some(info) => Ok(json!(info)),
+    let directory = &control.gateway().directory;
+    let fleet = directory.fleet_room(&key).await;
+    let known_in_fleet = fleet.as_ref().is_some_and(|f| !f["owner"].is_null());
+    match directory.get(&key) {
+        Some(info) => {
+            let mut v = json!(info);
+            if let Some(f) = fleet {
+                v["fleet"] = f;
+            }
+            Ok(v)
+        }
+        None if known_in_fleet => Ok(json!({ "key": key, "fleet": fleet })),
         None => Err((StatusCode::NOT_FOUND, format!("no live or lingering room {key:?}"))),
     }
 }

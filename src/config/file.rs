@@ -41,6 +41,8 @@ pub struct File {
     #[serde(default)]
     pub reload: ReloadSection,
     #[serde(default)]
+    pub directory: DirectorySection,
+    #[serde(default)]
     pub backends: Vec<Spanned<BackendEntry>>,
     #[serde(default)]
     pub routes: Vec<Spanned<RouteEntry>>,
@@ -250,6 +252,30 @@ impl Default for PlacementSection {
 impl Default for LogSection {
     fn default() -> Self {
         LogSection { format: LogFormat::Text, level: Spanned::new(0..0, "info".to_owned()), access: true }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DirectorySection {
+    pub backend: Spanned<String>,
+    pub url: Option<Spanned<String>>,
+    pub prefix: String,
+    pub refresh: Spanned<HumanDuration>,
+    pub timeout: Spanned<HumanDuration>,
+    pub replica_id: Option<Spanned<String>>,
+}
+
+impl Default for DirectorySection {
+    fn default() -> Self {
+        DirectorySection {
+            backend: Spanned::new(0..0, "memory".to_owned()),
+            url: None,
+            prefix: "roomgate:".to_owned(),
+            refresh: Spanned::new(0..0, secs(2)),
+            timeout: Spanned::new(0..0, HumanDuration(std::time::Duration::from_millis(250))),
+            replica_id: None,
+        }
     }
 }
 

@@ -41,6 +41,7 @@ pub struct Config {
     pub drain: Drain,
     pub admin: Admin,
     pub reload: Reload,
+    pub directory: Directory,
     /// The file it was read from, for reloads; `None` for the embedded default.
     pub path: Option<std::path::PathBuf>,
 }
@@ -49,6 +50,15 @@ pub struct Config {
 pub struct Rooms {
     /// How long a room keeps its owner after its last connection closes (reconnect window).
     pub linger: Duration,
+}
+
+/// Where the live-room directory lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Directory {
+    /// In this process only (one replica).
+    Memory,
+    /// Shared by every replica through Redis.
+    Redis { url: String, prefix: String, refresh: Duration, timeout: Duration, replica_id: String },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -255,7 +265,9 @@ impl Validator<'_> {
         if f.reload.interval.get_ref().0.is_zero() {
             return Err(self.err(&f.reload.interval, "reload.interval must be more than 0".into()));
         }
+        let directory = self.directory(&f.directory)?;
         Ok(Config {
+            directory,
             origin: origin.to_owned(),
             path: None,
             rooms: Rooms { linger: f.rooms.linger.0 },
@@ -326,6 +338,43 @@ impl Validator<'_> {
             fall: *h.fall.get_ref(),
             cooldown: h.cooldown.get_ref().0,
         })
+    }
+
+    fn directory(&self, d: &file::DirectorySection) -> Result<Directory, ConfigError> {
+        match d.backend.get_ref().as_str() {
+            "memory" => return Ok(Directory::Memory),
+            "redis" => {}
+            other => {
+                return Err(
+                    self.err(&d.backend, format!("directory.backend = {other:?}: expected \"memory\" or \"redis\""))
+                );
+            }
+        }
+        let url = d
+            .url
+            .as_ref()
+            .ok_or_else(|| self.err(&d.backend, "directory.backend = \"redis\" needs directory.url".into()))?;
+        if let Err(e) = redis::Client::open(url.get_ref().as_str()) {
+            return Err(self.err(url, format!("directory.url: {e}")));
+        }
+        let refresh = d.refresh.get_ref().0;
+        if refresh < Duration::from_millis(100) {
+            return Err(self.err(&d.refresh, "directory.refresh: at least 100ms".into()));
+        }
+        let timeout = d.timeout.get_ref().0;
+        if timeout.is_zero() || timeout >= refresh {
+            return Err(
+                self.err(&d.timeout, "directory.timeout must be more than 0 and less than directory.refresh".into())
+            );
+        }
+        let replica_id = match &d.replica_id {
+            Some(id) if !id.get_ref().is_empty() && id.get_ref().bytes().all(|b| b.is_ascii_graphic()) => {
+                id.get_ref().clone()
+            }
+            Some(id) => return Err(self.err(id, "directory.replica_id: expected visible ASCII, no spaces".into())),
+            None => default_replica_id(),
+        };
+        Ok(Directory::Redis { url: url.get_ref().clone(), prefix: d.prefix.clone(), refresh, timeout, replica_id })
     }
 
     fn limits(&self, l: &file::LimitsSection) -> Result<Limits, ConfigError> {
@@ -463,6 +512,18 @@ impl Validator<'_> {
             None => Ok(()),
         }
     }
+}
+
+/// This replica's id when the config sets none: the host name (a Kubernetes pod's name), else
+/// `roomgate-<pid>`.
+fn default_replica_id() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()))
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| format!("roomgate-{}", std::process::id()))
 }
 
 /// `host:port` to one address: IP literals directly, names through the system resolver.

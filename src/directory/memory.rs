@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::{Placed, RoomDirectory, RoomInfo, Use};
+use super::{BoxFuture, Placement, RoomDirectory, RoomInfo, Use};
 
 const SHARDS: usize = 64;
 
@@ -36,6 +36,58 @@ impl Default for MemoryDirectory {
 impl MemoryDirectory {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// [`RoomDirectory::place_if_absent`], synchronously.
+    pub fn place_local(&self, key: &str, candidate: &Arc<str>) -> Placement {
+        with_entry(&mut self.shard(key), key, candidate, Some(Instant::now()), |e| Placement {
+            owner: e.owner.clone(),
+            live: e.connections() > 0,
+        })
+    }
+
+    /// [`RoomDirectory::reassign`], synchronously.
+    pub fn reassign_local(&self, key: &str, from: &str, to: &Arc<str>) -> bool {
+        let mut shard = self.shard(key);
+        let Some(e) = shard.get_mut(key) else { return false };
+        if &*e.owner != from {
+            return false;
+        }
+        e.moving += e.sockets + e.requests;
+        e.sockets = 0;
+        e.requests = 0;
+        e.owner = to.clone();
+        true
+    }
+
+    /// The owner, if the room has connections here (`live_only`) or is known at all.
+    pub fn owner_if(&self, key: &str, live_only: bool) -> Option<Arc<str>> {
+        let shard = self.shard(key);
+        let e = shard.get(key)?;
+        (!live_only || e.connections() > 0).then(|| e.owner.clone())
+    }
+
+    /// Takes `owner` as the room's owner, learned from elsewhere: recorded for a new room,
+    /// replacing the recorded one of a room without connections here. A room with connections
+    /// here keeps its owner (they are moved by [`MemoryDirectory::reassign_local`]).
+    pub fn adopt(&self, key: &str, owner: &Arc<str>) -> Arc<str> {
+        with_entry(&mut self.shard(key), key, owner, Some(Instant::now()), |e| {
+            if e.connections() == 0 && e.owner != *owner {
+                e.owner = owner.clone();
+            }
+            e.owner.clone()
+        })
+    }
+
+    /// Rooms with connections here: (key, owner, open sockets + requests in flight).
+    pub fn live_entries(&self) -> Vec<(String, Arc<str>, u32)> {
+        let mut out = Vec::new();
+        self.each(|k, e| {
+            if e.sockets + e.requests > 0 {
+                out.push((k.to_owned(), e.owner.clone(), e.sockets + e.requests));
+            }
+        });
+        out
     }
 
     fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
@@ -102,22 +154,12 @@ impl RoomDirectory for MemoryDirectory {
         self.shard(key).get(key).map(|e| e.owner.clone())
     }
 
-    fn place_if_absent<'a>(&'a self, key: &'a str, candidate: &'a Arc<str>) -> Placed<'a> {
-        let owner = with_entry(&mut self.shard(key), key, candidate, Some(Instant::now()), |e| e.owner.clone());
-        Box::pin(std::future::ready(owner))
+    fn place_if_absent<'a>(&'a self, key: &'a str, candidate: &'a Arc<str>) -> BoxFuture<'a, Placement> {
+        Box::pin(std::future::ready(self.place_local(key, candidate)))
     }
 
-    fn reassign(&self, key: &str, from: &str, to: &Arc<str>) -> bool {
-        let mut shard = self.shard(key);
-        let Some(e) = shard.get_mut(key) else { return false };
-        if &*e.owner != from {
-            return false;
-        }
-        e.moving += e.sockets + e.requests;
-        e.sockets = 0;
-        e.requests = 0;
-        e.owner = to.clone();
-        true
+    fn reassign<'a>(&'a self, key: &'a str, from: &'a str, to: &'a Arc<str>) -> BoxFuture<'a, bool> {
+        Box::pin(std::future::ready(self.reassign_local(key, from, to)))
     }
 
     fn enter(&self, key: &str, owner: &Arc<str>, kind: Use) {
@@ -213,8 +255,8 @@ mod tests {
     #[tokio::test]
     async fn first_writer_wins() {
         let d = MemoryDirectory::new();
-        assert_eq!(&*d.place_if_absent("r", &id("a")).await, "a");
-        assert_eq!(&*d.place_if_absent("r", &id("b")).await, "a");
+        assert_eq!(&*d.place_if_absent("r", &id("a")).await.owner, "a");
+        assert_eq!(&*d.place_if_absent("r", &id("b")).await.owner, "a");
         assert_eq!(d.owner("r").as_deref(), Some("a"));
     }
 
@@ -252,8 +294,8 @@ mod tests {
     fn reassign_moves_the_room_and_not_its_closing_sockets() {
         let d = MemoryDirectory::new();
         d.enter("r", &id("a"), Use::Socket);
-        assert!(!d.reassign("r", "b", &id("c")), "only from the current owner");
-        assert!(d.reassign("r", "a", &id("b")));
+        assert!(!d.reassign_local("r", "b", &id("c")), "only from the current owner");
+        assert!(d.reassign_local("r", "a", &id("b")));
         assert_eq!(d.get("r").unwrap().backend, "b");
         assert_eq!(d.get("r").unwrap().sockets, 0);
         assert!(d.get("r").unwrap().live, "the closing socket still holds the room");

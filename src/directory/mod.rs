@@ -7,6 +7,7 @@
 //! `place_if_absent` is first-writer-wins and asynchronous, while counting connections stays local.
 
 mod memory;
+mod redis;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 pub use memory::MemoryDirectory;
+pub use redis::{RedisDirectory, RedisSettings};
 
 /// What kind of connection holds a room live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,7 +39,17 @@ pub struct RoomInfo {
     pub live: bool,
 }
 
-pub type Placed<'a> = Pin<Box<dyn Future<Output = Arc<str>> + Send + 'a>>;
+/// A boxed future, as trait objects return them.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A room's owner as [`RoomDirectory::place_if_absent`] found or recorded it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub owner: Arc<str>,
+    /// The room has connections somewhere (on this replica, or on another one that shares the
+    /// directory): a draining owner keeps it.
+    pub live: bool,
+}
 
 /// Room key -> owner, first writer wins.
 pub trait RoomDirectory: Send + Sync + 'static {
@@ -46,11 +58,11 @@ pub trait RoomDirectory: Send + Sync + 'static {
 
     /// Records `candidate` as the room's owner unless it has one; resolves with the owner in force.
     /// Two callers placing the same new room at once get the same answer.
-    fn place_if_absent<'a>(&'a self, key: &'a str, candidate: &'a Arc<str>) -> Placed<'a>;
+    fn place_if_absent<'a>(&'a self, key: &'a str, candidate: &'a Arc<str>) -> BoxFuture<'a, Placement>;
 
     /// Moves a room from `from` to `to` if `from` still owns it. Connections still open on `from`
     /// are being closed by the caller; they no longer count as the room's.
-    fn reassign(&self, key: &str, from: &str, to: &Arc<str>) -> bool;
+    fn reassign<'a>(&'a self, key: &'a str, from: &'a str, to: &'a Arc<str>) -> BoxFuture<'a, bool>;
 
     /// Counts a connection of the room on `owner`.
     fn enter(&self, key: &str, owner: &Arc<str>, kind: Use);
@@ -71,6 +83,49 @@ pub trait RoomDirectory: Send + Sync + 'static {
 
     /// (rooms known, rooms with a connection)
     fn counts(&self) -> (usize, usize);
+
+    // --- shared directories (several replicas); a local one keeps the defaults ---
+
+    /// Exchanges state with the other replicas: publishes this replica's live rooms and
+    /// heartbeat, reads drains. `None`: nothing is shared (or the store is unreachable).
+    fn sync<'a>(&'a self, _me: &'a ReplicaState) -> BoxFuture<'a, Option<SyncReport>> {
+        Box::pin(std::future::ready(None))
+    }
+
+    /// Shares a drain (`Some(deadline)`, unix milliseconds) or its end (`None`) with the fleet.
+    fn share_drain<'a>(&'a self, _backend: &'a str, _deadline_ms: Option<u64>) -> BoxFuture<'a, ()> {
+        Box::pin(std::future::ready(()))
+    }
+
+    /// What the fleet knows of a room: its recorded owner and the replicas holding its sockets.
+    fn fleet_room<'a>(&'a self, _key: &'a str) -> BoxFuture<'a, Option<serde_json::Value>> {
+        Box::pin(std::future::ready(None))
+    }
+
+    /// The directory's own state, for the admin status.
+    fn status(&self) -> serde_json::Value {
+        serde_json::json!({ "backend": "memory" })
+    }
+
+    /// Extra metrics lines (Prometheus text format).
+    fn render_metrics(&self, _out: &mut String) {}
+}
+
+/// What a replica tells the others on each sync.
+#[derive(Clone, Debug)]
+pub struct ReplicaState {
+    pub epoch: u64,
+    pub backends: Vec<Arc<str>>,
+}
+
+/// What a sync brought back.
+#[derive(Clone, Debug, Default)]
+pub struct SyncReport {
+    /// Drains in force across the fleet: backend id -> deadline (unix milliseconds).
+    pub drains: std::collections::HashMap<String, u64>,
+    /// Rooms this replica holds live whose fleet-wide owner is another backend: (room, local
+    /// owner, fleet owner). The caller moves the local sockets.
+    pub conflicts: Vec<(String, Arc<str>, Arc<str>)>,
 }
 
 /// Counts one connection of a room for as long as it lives.

@@ -27,7 +27,7 @@ use self::http::Upstream;
 use self::upgrade::TunnelSpec;
 use crate::backends::Backend;
 use crate::config::{Config, OnMissing, Route, RouteMode};
-use crate::directory::{Presence, RoomDirectory, Use};
+use crate::directory::{Placement, Presence, RoomDirectory, Use};
 use crate::error::{BackendError, ClientError, ProxyError, respond};
 use crate::metrics::{Metrics, RequestLabels};
 use crate::relay::{CLOSE_SERVICE_RESTART, TunnelOptions, Tunnels};
@@ -252,26 +252,25 @@ impl Gateway {
     /// otherwise the first backend of its placement order that takes new rooms.
     async fn owner(&self, snap: &Snapshot, key: &str) -> Result<Arc<Backend>, BackendError> {
         let passive = snap.passive_only();
-        // Another request may re-place the room between our look and our write; a few rounds
-        // always settle it.
+        // Another request (or replica) may re-place the room between our look and our write; a
+        // few rounds always settle it.
         for _ in 0..4 {
-            if let Some(id) = self.directory.owner(key) {
-                match snap.backend(&id) {
-                    // A draining backend keeps its live rooms; an empty one moves.
-                    Some(b) if b.is_up(passive) && (!b.is_draining() || self.is_live(key)) => return Ok(b.clone()),
-                    _ => {
-                        let next = snap.place_new(key.as_bytes()).ok_or(BackendError::NoBackends)?;
-                        if *next.id == *id || self.move_room(key, &id, next) {
-                            return Ok(next.clone());
-                        }
-                        continue;
+            let recorded = match self.directory.owner(key) {
+                Some(id) => Placement { live: self.is_live(key), owner: id },
+                None => {
+                    let candidate = snap.place_new(key.as_bytes()).ok_or(BackendError::NoBackends)?;
+                    self.directory.place_if_absent(key, &candidate.id).await
+                }
+            };
+            match snap.backend(&recorded.owner) {
+                // A draining backend keeps its live rooms; an empty one moves.
+                Some(b) if b.is_up(passive) && (!b.is_draining() || recorded.live) => return Ok(b.clone()),
+                _ => {
+                    let next = snap.place_new(key.as_bytes()).ok_or(BackendError::NoBackends)?;
+                    if *next.id == *recorded.owner || self.move_room(key, &recorded.owner, next).await {
+                        return Ok(next.clone());
                     }
                 }
-            }
-            let candidate = snap.place_new(key.as_bytes()).ok_or(BackendError::NoBackends)?;
-            let owner = self.directory.place_if_absent(key, &candidate.id).await;
-            if let Some(b) = snap.backend(&owner) {
-                return Ok(b.clone());
             }
         }
         snap.place_new(key.as_bytes()).cloned().ok_or(BackendError::NoBackends)
@@ -283,8 +282,8 @@ impl Gateway {
 
     /// Moves a room to `to` as a whole: the directory first, so reconnects land on `to`, then its
     /// sockets still open on the old owner are closed with 1012.
-    pub fn move_room(&self, key: &str, from: &str, to: &Arc<Backend>) -> bool {
-        if !self.directory.reassign(key, from, &to.id) {
+    pub async fn move_room(&self, key: &str, from: &str, to: &Arc<Backend>) -> bool {
+        if !self.directory.reassign(key, from, &to.id).await {
             return false;
         }
         let closed = self.tunnels.close_room(key, from, CLOSE_SERVICE_RESTART);
