@@ -214,7 +214,9 @@ impl Control {
                 epoch: snap.epoch,
                 backends: snap.backends.iter().map(|b| b.id.clone()).collect(),
             };
-            if let Some(report) = self.gateway.directory.sync(&me).await {
+            let report = self.gateway.directory.sync(&me).await;
+            let reached = report.is_some();
+            if let Some(report) = report {
                 self.apply_fleet_drains(&report.drains, refresh);
                 for (room, from, to) in report.conflicts {
                     let snap = self.gateway.snapshot();
@@ -230,7 +232,9 @@ impl Control {
                 }
             }
             self.syncs.send_modify(|n| *n += 1);
-            tokio::time::sleep(refresh).await;
+            // While the store is away, look for it more often, so that the fleet's directory is
+            // rebuilt within one refresh period of its return.
+            tokio::time::sleep(if reached { refresh } else { refresh / 4 }).await;
         }
     }
 

@@ -213,6 +213,7 @@ impl RedisDirectory {
             .set_connection_timeout(Some(t))
             .set_response_timeout(Some(t))
             .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(20))
             .set_max_delay(t);
         match tokio::time::timeout(t * 4, self.client.get_connection_manager_with_config(config)).await {
             Ok(Ok(c)) => {
@@ -284,10 +285,14 @@ impl RedisDirectory {
                 Ok(Ok(_)) => self.recovered(),
                 Ok(Err(e)) => {
                     self.failed(&e.to_string());
+                    // A fresh connection next time, rather than one in the middle of its
+                    // own reconnect back-off.
+                    self.conn.store(None);
                     return None;
                 }
                 Err(_) => {
                     self.failed("timed out");
+                    self.conn.store(None);
                     return None;
                 }
             }
