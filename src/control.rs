@@ -218,16 +218,11 @@ impl Control {
             let reached = report.is_some();
             if let Some(report) = report {
                 self.apply_fleet_drains(&report.drains, refresh);
-                for (room, from, to) in report.conflicts {
-                    let snap = self.gateway.snapshot();
-                    match snap.backend(&to) {
-                        Some(to) => {
-                            tracing::warn!(room, from = %from, to = %to.id, "room recorded on another backend by the fleet: moving its sockets here");
-                            self.gateway.move_room(&room, &from, to).await;
-                        }
-                        None => {
-                            tracing::error!(room, owner = %to, "the fleet's owner of a room is not in this replica's config")
-                        }
+                for (room, from, to) in report.moved {
+                    let closed = self.gateway.tunnels.close_room(&room, &from, crate::relay::CLOSE_SERVICE_RESTART);
+                    tracing::warn!(room, from = %from, to = %to, sockets_closed = closed, "the fleet holds this room on another backend: its sockets here move there");
+                    if snap.backend(&to).is_none() {
+                        tracing::error!(room, owner = %to, "the fleet's owner of a room is not in this replica's config");
                     }
                 }
             }

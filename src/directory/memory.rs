@@ -8,6 +8,16 @@ use super::{BoxFuture, Placement, RoomDirectory, RoomInfo, Use};
 
 const SHARDS: usize = 64;
 
+/// A room with connections here, as a shared directory publishes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveEntry {
+    pub key: String,
+    pub owner: Arc<str>,
+    pub version: u64,
+    /// Open sockets plus requests in flight, on this replica.
+    pub connections: u32,
+}
+
 /// Rooms in 64 shards, each behind its own lock, so requests for different rooms rarely wait on
 /// each other.
 pub struct MemoryDirectory {
@@ -19,6 +29,8 @@ type Shard = HashMap<Box<str>, Entry>;
 #[derive(Debug)]
 struct Entry {
     owner: Arc<str>,
+    /// Bumped by every move of the room, so that a move wins over a stale record of it.
+    version: u64,
     sockets: u32,
     requests: u32,
     /// Connections still open on earlier owners, being closed after a reassignment.
@@ -48,6 +60,11 @@ impl MemoryDirectory {
 
     /// [`RoomDirectory::reassign`], synchronously.
     pub fn reassign_local(&self, key: &str, from: &str, to: &Arc<str>) -> bool {
+        self.move_to(key, from, to, None)
+    }
+
+    /// Moves the room from `from` to `to` with `version` (default: the next one).
+    pub fn move_to(&self, key: &str, from: &str, to: &Arc<str>, version: Option<u64>) -> bool {
         let mut shard = self.shard(key);
         let Some(e) = shard.get_mut(key) else { return false };
         if &*e.owner != from {
@@ -57,6 +74,7 @@ impl MemoryDirectory {
         e.sockets = 0;
         e.requests = 0;
         e.owner = to.clone();
+        e.version = version.unwrap_or(e.version + 1);
         true
     }
 
@@ -70,21 +88,33 @@ impl MemoryDirectory {
     /// Takes `owner` as the room's owner, learned from elsewhere: recorded for a new room,
     /// replacing the recorded one of a room without connections here. A room with connections
     /// here keeps its owner (they are moved by [`MemoryDirectory::reassign_local`]).
-    pub fn adopt(&self, key: &str, owner: &Arc<str>) -> Arc<str> {
+    pub fn adopt(&self, key: &str, owner: &Arc<str>, version: u64) -> Arc<str> {
         with_entry(&mut self.shard(key), key, owner, Some(Instant::now()), |e| {
-            if e.connections() == 0 && e.owner != *owner {
+            if e.connections() == 0 {
                 e.owner = owner.clone();
+                e.version = version;
             }
             e.owner.clone()
         })
     }
 
-    /// Rooms with connections here: (key, owner, open sockets + requests in flight).
-    pub fn live_entries(&self) -> Vec<(String, Arc<str>, u32)> {
+    /// Takes `version` as the room's, when `owner` still owns it (the fleet agreed on the owner
+    /// and knows a later version of it).
+    pub fn set_version(&self, key: &str, owner: &str, version: u64) {
+        if let Some(e) = self.shard(key).get_mut(key)
+            && &*e.owner == owner
+        {
+            e.version = version;
+        }
+    }
+
+    /// Rooms with connections here.
+    pub fn live_entries(&self) -> Vec<LiveEntry> {
         let mut out = Vec::new();
         self.each(|k, e| {
             if e.sockets + e.requests > 0 {
-                out.push((k.to_owned(), e.owner.clone(), e.sockets + e.requests));
+                let connections = e.sockets + e.requests;
+                out.push(LiveEntry { key: k.to_owned(), owner: e.owner.clone(), version: e.version, connections });
             }
         });
         out
@@ -141,7 +171,8 @@ fn with_entry<T>(
     match shard.get_mut(key) {
         Some(e) => f(e),
         None => {
-            let mut e = Entry { owner: owner.clone(), sockets: 0, requests: 0, moving: 0, idle_since: idle };
+            let mut e =
+                Entry { owner: owner.clone(), version: 1, sockets: 0, requests: 0, moving: 0, idle_since: idle };
             let out = f(&mut e);
             shard.insert(key.into(), e);
             out

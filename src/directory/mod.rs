@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use memory::MemoryDirectory;
+pub use memory::{LiveEntry, MemoryDirectory};
 pub use redis::{RedisDirectory, RedisSettings};
 
 /// What kind of connection holds a room live.
@@ -123,9 +123,9 @@ pub struct ReplicaState {
 pub struct SyncReport {
     /// Drains in force across the fleet: backend id -> deadline (unix milliseconds).
     pub drains: std::collections::HashMap<String, u64>,
-    /// Rooms this replica holds live whose fleet-wide owner is another backend: (room, local
-    /// owner, fleet owner). The caller moves the local sockets.
-    pub conflicts: Vec<(String, Arc<str>, Arc<str>)>,
+    /// Rooms this replica held live on another owner than the fleet's, already moved in the
+    /// directory: (room, old owner, fleet owner). The caller closes their sockets on the old one.
+    pub moved: Vec<(String, Arc<str>, Arc<str>)>,
 }
 
 /// Counts one connection of a room for as long as it lives.

@@ -2,20 +2,25 @@
 //!
 //! Each replica keeps its own connections counted in a local [`MemoryDirectory`]; Redis holds
 //! what the replicas must agree on:
-//! - `{prefix}room:{key}`: the room's owner, placed first-writer-wins (one script: GET, else SET
-//!   with an expiry), its expiry refreshed while any replica holds the room live;
-//! - `{prefix}holders:{key}`: replica -> "owner sockets", the room's live connections per replica;
-//! - `{prefix}drains`: backend -> drain deadline (unix ms), so a drain started anywhere holds
-//!   everywhere;
-//! - `{prefix}replicas`: replica -> "epoch seen_ms backend,ids" (heartbeat);
-//! - `{prefix}live` (rooms by last refresh) and `{prefix}splits` (conflicts seen): fleet metrics.
+//! - `{prefix}room:{key}`: "owner version", the room's owner, placed first-writer-wins (one
+//!   script: GET, else SET with an expiry). Every move bumps the version, so that a move wins
+//!   over replicas that still hold the room on its old owner: they follow it.
+//! - `{prefix}held:{replica}`: room -> "owner version connections" for the rooms a replica holds
+//!   live; it expires with the replica's heartbeat.
+//! - `{prefix}replicas`: replica -> "epoch seen_ms backend,ids" (heartbeat).
+//! - `{prefix}drains`: backend -> drain deadline (unix ms): a drain started anywhere holds
+//!   everywhere. `{prefix}splits` counts conflicts seen.
 //!
-//! Redis is touched when a room is placed or moved and once per refresh period (pipelined),
-//! never per request of a room live here and never per WebSocket frame. When Redis is
-//! unreachable, known rooms keep their owner, new rooms get pure placement (which every replica
-//! computes alike), and the outage shows in logs, status and metrics. When it returns, possibly
-//! empty, each replica re-asserts the rooms it holds live; a conflict goes to the owner with the
-//! most live sockets.
+//! Redis is touched when a room is placed or moved and once per refresh period (one command per
+//! live room, in scripts of 500 rooms, plus one pipeline), never per request of a room live here
+//! and never per WebSocket frame. When Redis is unreachable, known rooms keep their owner, new
+//! rooms get pure placement (which every replica computes alike), and the outage shows in logs,
+//! status and metrics. When it returns, possibly empty, each replica's next refresh re-asserts the
+//! rooms it holds live; a room placed twice meanwhile goes to the owner with the most live
+//! connections over all replicas.
+//!
+//! The scripts reach keys they are not given as KEYS: a standalone Redis (or a primary with
+//! replicas), not Redis Cluster.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,6 +31,7 @@ use arc_swap::ArcSwapOption;
 use redis::aio::ConnectionManager;
 use serde_json::{Value, json};
 
+use super::memory::LiveEntry;
 use super::{BoxFuture, MemoryDirectory, Placement, ReplicaState, RoomDirectory, RoomInfo, SyncReport, Use};
 
 /// Rooms per refresh script call.
@@ -46,75 +52,108 @@ pub struct RedisSettings {
     pub ttl: Duration,
 }
 
-/// Places a new room, or returns the recorded owner and how many replicas hold it live.
+/// Places a new room, or returns the recorded owner, its version, and whether some replica
+/// holds the room live. KEYS[1]: the room's key; ARGV: candidate, ttl ms, prefix, room.
 const PLACE: &str = r"
 local cur = redis.call('GET', KEYS[1])
 if not cur then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return {ARGV[1], 0}
+  redis.call('SET', KEYS[1], ARGV[1] .. ' 1', 'PX', ARGV[2])
+  return {ARGV[1], 1, 0}
 end
-return {cur, redis.call('HLEN', KEYS[2])}
+local o, v = string.match(cur, '^(%S+) (%d+)$')
+local live = 0
+for _, rep in ipairs(redis.call('HKEYS', ARGV[3] .. 'replicas')) do
+  if redis.call('HEXISTS', ARGV[3] .. 'held:' .. rep, ARGV[4]) == 1 then
+    live = 1
+    break
+  end
+end
+return {o, tonumber(v), live}
 ";
 
-/// Moves a room from ARGV[1] to ARGV[2] unless another replica moved it elsewhere first.
+/// Moves a room from ARGV[1] to ARGV[2] (the next version) unless another replica moved it
+/// elsewhere first; returns the version now recorded, 0 when it was moved elsewhere.
 const REASSIGN: &str = r"
 local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[2] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return 1
+local o, v = nil, 0
+if cur then
+  o, v = string.match(cur, '^(%S+) (%d+)$')
+  v = tonumber(v)
 end
-if (not cur) or cur == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  return 1
+if o == ARGV[2] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return v
+end
+if (not cur) or o == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2] .. ' ' .. (v + 1), 'PX', ARGV[3])
+  return v + 1
 end
 return 0
 ";
 
-/// Refreshes (or re-asserts) the rooms this replica holds live and returns each room's owner.
-/// ARGV: prefix, replica, ttl ms, now ms, n, then n x (room, owner, connections), then the rooms
-/// this replica no longer holds. A room recorded with another owner is a conflict: the owner
-/// with the most live connections over all replicas wins (a tie keeps the recorded one).
+/// Refreshes (or re-asserts) the rooms this replica holds live, one SET per room, and records
+/// them in the replica's `held` hash. ARGV: prefix, replica, room ttl ms, held ttl ms, n, then
+/// n x (room, owner, version, connections), then the rooms this replica no longer holds.
+/// Returns per room "" (agreed) or the "owner version" this replica must follow:
+/// - a later version elsewhere is a move this replica has not seen: follow it;
+/// - the same version with another owner is a room placed twice (an outage, or replicas that
+///   place differently): the owner with the most live connections wins, a tie keeps the
+///   recorded one.
 const REFRESH: &str = r"
-local p, me, ttl, now, n = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
-local out = {}
+local p, me, ttl, held_ttl, n = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local out, held = {}, {}
 local i = 6
 for r = 1, n do
-  local room, owner, conns = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  i = i + 3
-  local k, h = p .. 'room:' .. room, p .. 'holders:' .. room
-  redis.call('HSET', h, me, owner .. ' ' .. conns)
-  redis.call('PEXPIRE', h, ttl)
-  local cur = redis.call('GET', k)
-  if not cur then
-    redis.call('SET', k, owner, 'PX', ttl)
-    cur = owner
-  elseif cur == owner then
-    redis.call('PEXPIRE', k, ttl)
-  else
-    local tally = {}
-    local hs = redis.call('HGETALL', h)
-    for j = 1, #hs, 2 do
-      local o, c = string.match(hs[j + 1], '^(%S+) (%d+)$')
-      if o then tally[o] = (tally[o] or 0) + tonumber(c) end
-    end
-    local best, most = cur, tally[cur] or 0
-    for o, c in pairs(tally) do
-      if c > most or (c == most and o ~= cur and best ~= cur and o < best) then
-        best, most = o, c
+  local room, owner, ver, conns = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+  i = i + 4
+  local k = p .. 'room:' .. room
+  local mine = owner .. ' ' .. ver
+  local old = redis.call('SET', k, mine, 'PX', ttl, 'GET')
+  local result = ''
+  if old and old ~= mine then
+    local o, v = string.match(old, '^(%S+) (%d+)$')
+    v = tonumber(v) or 0
+    if v > ver then
+      redis.call('SET', k, old, 'PX', ttl)
+      result = old
+    elseif v == ver then
+      local tally = {[owner] = conns}
+      for _, rep in ipairs(redis.call('HKEYS', p .. 'replicas')) do
+        if rep ~= me then
+          local h = redis.call('HGET', p .. 'held:' .. rep, room)
+          local ho, hv, hc = string.match(h or '', '^(%S+) (%d+) (%d+)$')
+          if ho and tonumber(hv) == ver then
+            tally[ho] = (tally[ho] or 0) + tonumber(hc)
+          end
+        end
+      end
+      local best, most = o, tally[o] or 0
+      for ho, c in pairs(tally) do
+        if c > most or (c == most and best ~= o and ho < best) then
+          best, most = ho, c
+        end
+      end
+      if (tally[o] or 0) > 0 then
+        redis.call('INCR', p .. 'splits')
+      end
+      if best ~= owner then
+        redis.call('SET', k, best .. ' ' .. ver, 'PX', ttl)
+        result = best .. ' ' .. ver
       end
     end
-    if (tally[cur] or 0) > 0 then
-      redis.call('INCR', p .. 'splits')
-    end
-    redis.call('SET', k, best, 'PX', ttl)
-    cur = best
   end
-  redis.call('ZADD', p .. 'live', now, room)
-  out[#out + 1] = cur
+  held[#held + 1] = room
+  held[#held + 1] = mine .. ' ' .. conns
+  out[#out + 1] = result
 end
-for j = i, #ARGV do
-  redis.call('HDEL', p .. 'holders:' .. ARGV[j], me)
+local hk = p .. 'held:' .. me
+if #held > 0 then
+  redis.call('HSET', hk, unpack(held))
 end
+if i <= #ARGV then
+  redis.call('HDEL', hk, unpack(ARGV, i, #ARGV))
+end
+redis.call('PEXPIRE', hk, held_ttl)
 return out
 ";
 
@@ -304,40 +343,49 @@ impl RedisDirectory {
                 return None;
             }
         }
-        let conflicts = self.refresh().await?;
+        let moved = self.refresh().await?;
         let drains = self.heartbeat(me).await?;
-        Some(SyncReport { drains, conflicts })
+        Some(SyncReport { drains, moved })
     }
 
-    /// Publishes the rooms held live here; returns those whose fleet owner differs.
+    /// Publishes the rooms held live here. Rooms the fleet records elsewhere are moved here (the
+    /// local record) and returned as (room, local owner, fleet owner), for their sockets to be
+    /// closed.
     async fn refresh(&self) -> Option<Vec<(String, Arc<str>, Arc<str>)>> {
         let live = self.local.live_entries();
-        let now_live: HashSet<String> = live.iter().map(|(k, _, _)| k.clone()).collect();
+        let now_live: HashSet<String> = live.iter().map(|e| e.key.clone()).collect();
         let gone: Vec<String> = lock(&self.published).difference(&now_live).cloned().collect();
-        let mut conflicts = Vec::new();
-        let (ttl, now) = (self.ttl_ms().to_string(), unix_ms().to_string());
-        let batches = live.chunks(BATCH).count().max(usize::from(!gone.is_empty()));
-        for b in 0..batches {
-            let chunk = live.chunks(BATCH).nth(b).unwrap_or(&[]);
+        let mut moves = Vec::new();
+        let ttl = self.ttl_ms().to_string();
+        let held_ttl = (3 * self.settings.refresh.as_millis() as u64).max(self.ttl_ms()).to_string();
+        let mut chunks: Vec<&[LiveEntry]> = live.chunks(BATCH).collect();
+        if chunks.is_empty() && !gone.is_empty() {
+            chunks.push(&[]);
+        }
+        for (b, chunk) in chunks.iter().enumerate() {
             let mut inv = self.scripts.refresh.prepare_invoke();
-            inv.arg(&self.settings.prefix).arg(&self.settings.replica).arg(&ttl).arg(&now).arg(chunk.len());
-            for (room, owner, conns) in chunk {
-                inv.arg(room).arg(&**owner).arg(*conns);
+            inv.arg(&self.settings.prefix).arg(&self.settings.replica).arg(&ttl).arg(&held_ttl).arg(chunk.len());
+            for e in chunk.iter() {
+                inv.arg(&e.key).arg(&*e.owner).arg(e.version).arg(e.connections);
             }
             if b == 0 {
-                for room in &gone {
+                for room in gone.iter().take(BATCH * 4) {
                     inv.arg(room);
                 }
             }
-            let owners: Vec<String> = self.call(&self.calls.refresh, async |c| inv.invoke_async(c).await).await?;
-            for ((room, local, _), fleet) in chunk.iter().zip(owners) {
-                if **local != *fleet {
-                    conflicts.push((room.clone(), local.clone(), Arc::from(fleet)));
+            let answers: Vec<String> = self.call(&self.calls.refresh, async |c| inv.invoke_async(c).await).await?;
+            for (e, answer) in chunk.iter().zip(answers) {
+                let Some((owner, version)) = parse_record(&answer) else { continue };
+                let to: Arc<str> = Arc::from(owner);
+                if to == e.owner {
+                    self.local.set_version(&e.key, &e.owner, version);
+                } else if self.local.move_to(&e.key, &e.owner, &to, Some(version)) {
+                    moves.push((e.key.clone(), e.owner.clone(), to));
                 }
             }
         }
         *lock(&self.published) = now_live;
-        Some(conflicts)
+        Some(moves)
     }
 
     /// Heartbeat and fleet reads in one pipeline; returns the drains in force.
@@ -346,17 +394,26 @@ impl RedisDirectory {
         let refresh_ms = self.settings.refresh.as_millis() as u64;
         let backends: Vec<&str> = me.backends.iter().map(|b| &**b).collect();
         let beat = format!("{} {now} {}", me.epoch, backends.join(","));
-        let (replicas_key, live_key) = (self.key("replicas", ""), self.key("live", ""));
+        let replicas_key = self.key("replicas", "");
         let mut pipe = redis::pipe();
         pipe.cmd("HSET").arg(&replicas_key).arg(&self.settings.replica).arg(&beat).ignore();
         pipe.cmd("HGETALL").arg(&replicas_key);
         pipe.cmd("HGETALL").arg(self.key("drains", ""));
-        pipe.cmd("ZREMRANGEBYSCORE").arg(&live_key).arg("-inf").arg(now.saturating_sub(self.ttl_ms())).ignore();
-        pipe.cmd("ZCOUNT").arg(&live_key).arg(now.saturating_sub(2 * refresh_ms)).arg("+inf");
         pipe.cmd("GET").arg(self.key("splits", ""));
-        type Reply = (HashMap<String, String>, HashMap<String, u64>, u64, Option<u64>);
-        let (beats, drains, live_rooms, splits): Reply =
-            self.call(&self.calls.sync, async |c| pipe.query_async(c).await).await?;
+        type Reply = (HashMap<String, String>, HashMap<String, u64>, Option<u64>);
+        let (beats, drains, splits): Reply = self.call(&self.calls.sync, async |c| pipe.query_async(c).await).await?;
+        // Replicas gone for good leave the heartbeat hash (their `held` hashes have expired).
+        let dead: Vec<&String> = beats
+            .iter()
+            .filter(|(_, beat)| beat_age(beat, now).is_none_or(|age| age > self.ttl_ms().max(10 * refresh_ms)))
+            .map(|(replica, _)| replica)
+            .collect();
+        if !dead.is_empty() {
+            let mut cmd = redis::cmd("HDEL");
+            cmd.arg(&replicas_key).arg(&dead);
+            self.call(&self.calls.sync, async |c| cmd.query_async::<i64>(c).await).await?;
+        }
+        let live_rooms = self.fleet_live_rooms(&beats).await;
         let mut replicas: Vec<Value> = beats
             .iter()
             .filter_map(|(replica, beat)| {
@@ -370,8 +427,24 @@ impl RedisDirectory {
             })
             .collect();
         replicas.sort_by(|a, b| a["replica"].as_str().cmp(&b["replica"].as_str()));
-        *lock(&self.fleet) = Fleet { live_rooms, splits: splits.unwrap_or(0), replicas };
+        let mut fleet = lock(&self.fleet);
+        *fleet = Fleet { live_rooms: live_rooms.unwrap_or(fleet.live_rooms), splits: splits.unwrap_or(0), replicas };
         Some(drains)
+    }
+
+    /// Distinct rooms held live by any replica, counted every tenth sync (the union of the
+    /// replicas' `held` hashes is read whole).
+    async fn fleet_live_rooms(&self, beats: &HashMap<String, String>) -> Option<u64> {
+        if self.calls.sync.load(Ordering::Relaxed) % 10 != 1 {
+            return None;
+        }
+        let mut pipe = redis::pipe();
+        for replica in beats.keys() {
+            pipe.cmd("HKEYS").arg(self.key("held:", replica));
+        }
+        let all: Vec<Vec<String>> = self.call(&self.calls.read, async |c| pipe.query_async(c).await).await?;
+        let rooms: HashSet<&String> = all.iter().flatten().collect();
+        Some(rooms.len() as u64)
     }
 
     async fn write_drain(&self, backend: &str, deadline: Option<u64>) -> bool {
@@ -398,19 +471,19 @@ impl RoomDirectory for RedisDirectory {
     fn place_if_absent<'a>(&'a self, key: &'a str, candidate: &'a Arc<str>) -> BoxFuture<'a, Placement> {
         Box::pin(async move {
             let start = Instant::now();
-            let (room, holders) = (self.key("room:", key), self.key("holders:", key));
-            let ttl = self.ttl_ms();
-            let answer: Option<(String, u64)> = self
+            let room = self.key("room:", key);
+            let (ttl, prefix) = (self.ttl_ms(), &self.settings.prefix);
+            let answer: Option<(String, u64, u8)> = self
                 .call(&self.calls.place, async |c| {
-                    self.scripts.place.key(&room).key(&holders).arg(&**candidate).arg(ttl).invoke_async(c).await
+                    self.scripts.place.key(&room).arg(&**candidate).arg(ttl).arg(prefix).arg(key).invoke_async(c).await
                 })
                 .await;
             self.calls.place_micros.fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
             match answer {
-                Some((owner, holders)) => {
+                Some((owner, version, live)) => {
                     let owner = if *owner == **candidate { candidate.clone() } else { Arc::from(owner) };
-                    let owner = self.local.adopt(key, &owner);
-                    let live = holders > 0 || self.local.owner_if(key, true).is_some();
+                    let owner = self.local.adopt(key, &owner, version);
+                    let live = live == 1 || self.local.owner_if(key, true).is_some();
                     Placement { owner, live }
                 }
                 None => self.local.place_local(key, candidate),
@@ -422,17 +495,18 @@ impl RoomDirectory for RedisDirectory {
         Box::pin(async move {
             let room = self.key("room:", key);
             let ttl = self.ttl_ms();
-            let moved: Option<i64> = self
+            let version: Option<u64> = self
                 .call(&self.calls.reassign, async |c| {
                     self.scripts.reassign.key(&room).arg(from).arg(&**to).arg(ttl).invoke_async(c).await
                 })
                 .await;
-            if moved == Some(0) {
+            if version == Some(0) {
                 return false; // another replica moved it elsewhere; the caller looks again
             }
-            // Moved in Redis (or Redis is away): follow locally.
-            if !self.local.reassign_local(key, from, to) {
-                self.local.adopt(key, to);
+            // Moved in Redis (or Redis is away: the next version locally).
+            if !self.local.move_to(key, from, to, version) {
+                let version = version.unwrap_or(1);
+                self.local.adopt(key, to, version);
             }
             true
         })
@@ -481,18 +555,31 @@ impl RoomDirectory for RedisDirectory {
 
     fn fleet_room<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<Value>> {
         Box::pin(async move {
+            let replicas_key = self.key("replicas", "");
+            let names: Vec<String> = self
+                .call(&self.calls.read, async |c| redis::cmd("HKEYS").arg(&replicas_key).query_async(c).await)
+                .await?;
             let mut pipe = redis::pipe();
-            pipe.cmd("GET").arg(self.key("room:", key)).cmd("HGETALL").arg(self.key("holders:", key));
-            let (owner, holders): (Option<String>, HashMap<String, String>) =
+            pipe.cmd("GET").arg(self.key("room:", key));
+            for name in &names {
+                pipe.cmd("HGET").arg(self.key("held:", name)).arg(key);
+            }
+            let mut answers: Vec<Option<String>> =
                 self.call(&self.calls.read, async |c| pipe.query_async(c).await).await?;
-            let replicas: serde_json::Map<String, Value> = holders
+            let record = answers.remove(0);
+            let (owner, version) = record.as_deref().and_then(parse_record).unzip();
+            let replicas: serde_json::Map<String, Value> = names
                 .into_iter()
-                .map(|(replica, v)| {
-                    let (backend, conns) = v.split_once(' ').unwrap_or((&v, "0"));
-                    (replica, json!({ "backend": backend, "connections": conns.parse::<u64>().unwrap_or(0) }))
+                .zip(answers)
+                .filter_map(|(replica, held)| {
+                    let held = held?;
+                    let mut parts = held.split(' ');
+                    let (backend, version, conns) = (parts.next()?, parts.next()?, parts.next()?);
+                    let v = json!({ "backend": backend, "version": version.parse::<u64>().ok(), "connections": conns.parse::<u64>().ok() });
+                    Some((replica, v))
                 })
                 .collect();
-            Some(json!({ "owner": owner, "replicas": replicas }))
+            Some(json!({ "owner": owner, "version": version, "replicas": replicas }))
         })
     }
 
@@ -552,6 +639,18 @@ impl RoomDirectory for RedisDirectory {
         let _ = writeln!(out, "# TYPE roomgate_fleet_split_rooms counter");
         let _ = writeln!(out, "roomgate_fleet_split_rooms_total {}", fleet.splits);
     }
+}
+
+/// "owner version" as Redis records it.
+fn parse_record(record: &str) -> Option<(&str, u64)> {
+    let (owner, version) = record.split_once(' ')?;
+    Some((owner, version.parse().ok()?))
+}
+
+/// How long ago a heartbeat ("epoch seen_ms backends") was sent.
+fn beat_age(beat: &str, now: u64) -> Option<u64> {
+    let seen: u64 = beat.split(' ').nth(1)?.parse().ok()?;
+    Some(now.saturating_sub(seen))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
