@@ -7,6 +7,8 @@
 //! - [`room_key`]: where a request carries its room, and what a valid key is (pure).
 //! - [`djust`]: djust's protocol as roomgate speaks it, for sockets routed by their mount frame (pure).
 //! - [`placement`]: rendezvous or ring placement over stable backend ids (pure).
+//! - [`directory`]: the live-room directory (rooms with connections keep their owner), in memory
+//!   or shared by several replicas through Redis.
 //! - [`snapshot`]: the immutable view (config, backends, placement) a request works from.
 //! - [`relay`]: WebSocket tunnels after the upgrade, frame-boundary aware.
 //! - [`config`], [`backends`], [`error`]: the config file, backends, and error-to-response mapping.

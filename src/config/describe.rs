@@ -61,6 +61,18 @@ impl Config {
             "limits: request head {} bytes, {} headers",
             self.limits.max_request_head, self.limits.max_headers
         );
+        match &self.directory {
+            super::Directory::Memory => {
+                let _ = writeln!(out, "room directory: in memory (one replica)");
+            }
+            super::Directory::Redis { prefix, refresh, replica_id, .. } => {
+                let _ = writeln!(
+                    out,
+                    "room directory: Redis, prefix {prefix:?}, refresh {}, this replica {replica_id:?}",
+                    HumanDuration(*refresh)
+                );
+            }
+        }
         out
     }
 }

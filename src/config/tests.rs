@@ -54,6 +54,14 @@ fn bad_values_name_their_line() {
         ("[placement]\nvnodes = 0\n", 2, "vnodes"),
         ("[log]\nlevel = \"loud\"\n", 2, "log.level"),
         ("[limits]\nmax_first_message = 10\n", 2, "max_first_message"),
+        ("[directory]\nbackend = \"etcd\"\n", 2, "directory.backend"),
+        ("[directory]\nbackend = \"redis\"\n", 2, "needs directory.url"),
+        ("[directory]\nbackend = \"redis\"\nurl = \"http://x\"\n", 3, "directory.url"),
+        (
+            "[directory]\nbackend = \"redis\"\nurl = \"redis://h\"\nrefresh = \"1s\"\ntimeout = \"2s\"\n",
+            5,
+            "directory.timeout",
+        ),
         ("[timeouts]\nfirst_message = \"0s\"\n", 2, "first_message"),
     ];
     for (prefix, line, needle) in cases {
