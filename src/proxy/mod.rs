@@ -255,19 +255,23 @@ impl Gateway {
         // Another request (or replica) may re-place the room between our look and our write; a
         // few rounds always settle it.
         for _ in 0..4 {
-            let recorded = match self.directory.owner(key) {
-                Some(id) => Placement { live: self.is_live(key), owner: id },
+            // `live` is asked of the directory only when it matters (a draining owner).
+            let (owner, live) = match self.directory.owner(key) {
+                Some(id) => (id, None),
                 None => {
                     let candidate = snap.place_new(key.as_bytes()).ok_or(BackendError::NoBackends)?;
-                    self.directory.place_if_absent(key, &candidate.id).await
+                    let Placement { owner, live } = self.directory.place_if_absent(key, &candidate.id).await;
+                    (owner, Some(live))
                 }
             };
-            match snap.backend(&recorded.owner) {
+            match snap.backend(&owner) {
                 // A draining backend keeps its live rooms; an empty one moves.
-                Some(b) if b.is_up(passive) && (!b.is_draining() || recorded.live) => return Ok(b.clone()),
+                Some(b) if b.is_up(passive) && (!b.is_draining() || live.unwrap_or_else(|| self.is_live(key))) => {
+                    return Ok(b.clone());
+                }
                 _ => {
                     let next = snap.place_new(key.as_bytes()).ok_or(BackendError::NoBackends)?;
-                    if *next.id == *recorded.owner || self.move_room(key, &recorded.owner, next).await {
+                    if *next.id == *owner || self.move_room(key, &owner, next).await {
                         return Ok(next.clone());
                     }
                 }
