@@ -8,6 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+
+/// jemalloc instead of glibc's malloc: freed pages go back to the system on a timer, so memory
+/// returns after a burst of sockets closes (glibc keeps its arenas fragmented).
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use clap::{Parser, Subcommand};
 use roomgate::admin::{DrainOptions, drain_command};
 use roomgate::config::{Config, LogFormat, parse_duration};
