@@ -94,7 +94,7 @@ struct Session {
 }
 
 impl Session {
-    async fn run<C: AsyncRead + AsyncWrite + Unpin>(self, mut client_io: C) {
+    async fn run<C: AsyncRead + AsyncWrite + Unpin + Send + 'static>(self, mut client_io: C) {
         // Registered while it is being routed, so that a shutdown reaches it too.
         let pending = self.gateway.tunnels.register(None, self.gateway.none.clone());
         let ready = tokio::select! {
@@ -116,7 +116,8 @@ impl Session {
         let opts = self.gateway.tunnel_options();
         let client_io = Rewind::new(client_io, client_pre);
         let backend_io = Rewind::new(backend_io, backend_pre);
-        upgrade::run(client_io, backend_io, held, spec, opts, Some(watch)).await;
+        // The relay gets a task of its own; this one, with the routing state, ends here.
+        tokio::spawn(upgrade::run(client_io, backend_io, held, spec, opts, Some(watch)).in_current_span());
     }
 
     /// Greets the client, reads its mount, routes it and opens the backend's socket, with the

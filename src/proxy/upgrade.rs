@@ -1,6 +1,7 @@
 //! WebSocket handshakes: the upgrade goes to the room's backend on a connection of its own; on
 //! its 101 both upgraded connections are handed to a tunnel.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,18 +46,19 @@ pub async fn forward(
         let held = hold(gateway, &spec);
         let opts = gateway.tunnel_options();
         let span = tracing::info_span!("tunnel", room = spec.room.as_deref(), backend = %spec.backend.id);
-        tokio::spawn(
-            async move {
-                match tokio::join!(client_upgrade, backend_upgrade) {
-                    (Ok(c), Ok(b)) => run(TokioIo::new(c), TokioIo::new(b), held, spec, opts, None).await,
-                    (c, b) => {
-                        let error = c.err().or(b.err()).map(|e| e.to_string());
-                        tracing::debug!(error, "websocket upgrade did not complete");
-                    }
+        // Waits for both upgrades, then hands the tunnel to a task of its own, so that the
+        // long-lived task holds only the relay.
+        tokio::spawn(async move {
+            match tokio::join!(client_upgrade, backend_upgrade) {
+                (Ok(c), Ok(b)) => {
+                    tokio::spawn(run(TokioIo::new(c), TokioIo::new(b), held, spec, opts, None).instrument(span));
+                }
+                (c, b) => {
+                    let error = c.err().or(b.err()).map(|e| e.to_string());
+                    span.in_scope(|| tracing::debug!(error, "websocket upgrade did not complete"));
                 }
             }
-            .instrument(span),
-        );
+        });
     }
     Ok(resp)
 }
@@ -118,22 +120,55 @@ pub fn hold(gateway: &Arc<Gateway>, spec: &TunnelSpec) -> (Registration, Option<
 
 /// Relays an upgraded socket until the tunnel ends, then logs it.
 /// `held`: the tunnel's registration and its room's presence, released when it ends.
-pub async fn run<C, B>(
+///
+/// A plain function returning the future: what the relay needs is moved into its future here,
+/// so the tunnel's task stores each part once (an idle tunnel's memory is mostly this future).
+pub fn run<C, B>(
     client_io: C,
     backend_io: B,
     held: (Registration, Option<Presence>),
     spec: TunnelSpec,
     opts: TunnelOptions,
     watch: Option<NavWatch>,
-) where
-    C: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
+) -> impl Future<Output = ()> + Send + 'static
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    B: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (registration, _presence) = held;
-    let start = Instant::now();
-    let stats = &spec.backend.stats;
-    stats.open_sockets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let (pump_stats, ending) = relay::run(client_io, backend_io, registration.handle(), opts, watch).await;
-    stats.open_sockets.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    access::websocket_closed(spec.client, spec.room.as_deref(), &spec.backend.id, start, &pump_stats, &ending);
+    let mut relay = relay::run(client_io, backend_io, held.0.handle().clone(), opts, watch);
+    // An `async` block, not an `async fn`: a block keeps what it captures once, where an async
+    // fn would also copy its arguments into locals. The relay is awaited in place.
+    async move {
+        let start = Instant::now();
+        let stats = &spec.backend.stats;
+        stats.open_sockets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (pump_stats, ending) = (&mut relay).await;
+        stats.open_sockets.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        drop(held);
+        access::websocket_closed(spec.client, spec.room.as_deref(), &spec.backend.id, start, &pump_stats, &ending);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// An idle tunnel's memory is mostly its task's future: keep it small (it was 2 KB when
+    /// `select!` and async-fn arguments each kept copies of the pump and its timers).
+    #[tokio::test]
+    async fn an_idle_tunnel_future_stays_small() {
+        use std::sync::Arc;
+        let spec = crate::config::BackendSpec {
+            id: "b".into(),
+            addr_text: "127.0.0.1:1".into(),
+            addr: "127.0.0.1:1".parse().unwrap(),
+        };
+        let backend = Arc::new(crate::backends::Backend::new(&spec));
+        let tunnels = Arc::new(crate::relay::Tunnels::default());
+        let reg = tunnels.register(Some("room".into()), backend.id.clone());
+        let (a, b) = tokio::io::duplex(64);
+        let spec = super::TunnelSpec { client: "127.0.0.1:2".parse().unwrap(), room: Some("room".into()), backend };
+        let opts = crate::relay::TunnelOptions { idle: None, close_timeout: std::time::Duration::from_secs(1) };
+        let fut = super::run(a, b, (reg, None), spec, opts, None);
+        let size = std::mem::size_of_val(&fut);
+        assert!(size <= 640, "the tunnel future takes {size} bytes");
+    }
 }

@@ -9,6 +9,11 @@ pub mod watch;
 
 use std::time::Duration;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use pump::{Pump, PumpError, PumpStats, Side, mask_key};
@@ -43,13 +48,13 @@ pub enum Ending {
 
 /// Relays one tunnel until it ends, closing it cleanly when `handle` is asked to or when it has
 /// been idle for `opts.idle`.
-pub async fn run<C, B>(
+pub fn run<C, B>(
     client: C,
     backend: B,
-    handle: &TunnelHandle,
+    handle: Arc<TunnelHandle>,
     opts: TunnelOptions,
     watch: Option<watch::NavWatch>,
-) -> (PumpStats, Ending)
+) -> Relay<C, B>
 where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
@@ -58,28 +63,74 @@ where
     if let Some(watch) = watch {
         pump.watch(watch);
     }
-    let mut seen = pump.activity();
-    let code = loop {
-        tokio::select! {
-            result = &mut pump => return finished(&pump, result, Ending::Finished),
-            code = handle.close_requested() => break code,
-            _ = tokio::time::sleep(opts.idle.unwrap_or(Duration::MAX)), if opts.idle.is_some() => {
-                if pump.activity() == seen {
-                    break CLOSE_GOING_AWAY;
+    let idle = opts.idle.map(|d| (Box::pin(tokio::time::sleep(d)), pump.activity()));
+    Relay { pump, handle, opts, idle, closing: None }
+}
+
+/// The future of one tunnel. Written out rather than `async`, because an idle tunnel's memory is
+/// mostly this value: it holds the pump and nothing else per tunnel but two optional timers,
+/// boxed and present only when an idle timeout is configured or while the tunnel closes. A close
+/// request wakes it through the handle's waker slot.
+pub struct Relay<C, B> {
+    pump: Pump<C, B>,
+    handle: Arc<TunnelHandle>,
+    opts: TunnelOptions,
+    /// The idle timer and the pump's activity count when it was last armed.
+    idle: Option<(Pin<Box<tokio::time::Sleep>>, u64)>,
+    /// Closing with this code; the deadline for the peers' replies.
+    closing: Option<(u16, Pin<Box<tokio::time::Sleep>>)>,
+}
+
+impl<C, B> Future for Relay<C, B>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    type Output = (PumpStats, Ending);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        if let Some((code, deadline)) = this.closing.as_mut() {
+            let code = *code;
+            if let Poll::Ready(result) = Pin::new(&mut this.pump).poll(cx) {
+                return Poll::Ready(finished(&this.pump, result, Ending::ClosedByProxy(code)));
+            }
+            return match deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready((this.pump.stats(), Ending::CloseTimedOut(code))),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+        if let Poll::Ready(result) = Pin::new(&mut this.pump).poll(cx) {
+            return Poll::Ready(finished(&this.pump, result, Ending::Finished));
+        }
+        let mut code = match this.handle.poll_close(cx) {
+            Poll::Ready(code) => Some(code),
+            Poll::Pending => None,
+        };
+        if let Some((sleep, seen)) = this.idle.as_mut()
+            && code.is_none()
+        {
+            let period = this.opts.idle.unwrap_or_default();
+            while sleep.as_mut().poll(cx).is_ready() {
+                if this.pump.activity() == *seen {
+                    code = Some(CLOSE_GOING_AWAY);
+                    break;
                 }
-                seen = pump.activity();
+                *seen = this.pump.activity();
+                sleep.as_mut().reset(tokio::time::Instant::now() + period);
             }
         }
-    };
-    let reason = match code {
-        CLOSE_GOING_AWAY => "roomgate is shutting down",
-        CLOSE_SERVICE_RESTART => "room is moving to another backend",
-        _ => "",
-    };
-    pump.close(code, reason);
-    match tokio::time::timeout(opts.close_timeout, &mut pump).await {
-        Ok(result) => finished(&pump, result, Ending::ClosedByProxy(code)),
-        Err(_) => (pump.stats(), Ending::CloseTimedOut(code)),
+        let Some(code) = code else { return Poll::Pending };
+        let reason = match code {
+            CLOSE_GOING_AWAY => "roomgate is shutting down",
+            CLOSE_SERVICE_RESTART => "room is moving to another backend",
+            _ => "",
+        };
+        this.idle = None;
+        this.pump.close(code, reason);
+        this.closing = Some((code, Box::pin(tokio::time::sleep(this.opts.close_timeout))));
+        // Poll again at once: the close frames go out and the deadline is armed.
+        self.poll(cx)
     }
 }
 

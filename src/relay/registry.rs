@@ -5,6 +5,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use std::task::{Context, Poll};
+
+use futures_util::task::AtomicWaker;
 use tokio::sync::Notify;
 
 /// All open tunnels.
@@ -29,7 +32,7 @@ pub struct TunnelHandle {
     pub room: Option<Box<str>>,
     pub backend: Arc<str>,
     close_code: AtomicU16,
-    close: Notify,
+    close: AtomicWaker,
 }
 
 /// Removes its tunnel from the registry when dropped.
@@ -43,7 +46,8 @@ pub struct Registration {
 impl Tunnels {
     pub fn register(self: &Arc<Self>, room: Option<Box<str>>, backend: Arc<str>) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let handle = Arc::new(TunnelHandle { id, room, backend, close_code: AtomicU16::new(0), close: Notify::new() });
+        let handle =
+            Arc::new(TunnelHandle { id, room, backend, close_code: AtomicU16::new(0), close: AtomicWaker::new() });
         let mut open = self.lock();
         if let Some(room) = &handle.room {
             open.by_room.entry(room.clone()).or_default().push(id);
@@ -122,8 +126,8 @@ impl TunnelHandle {
     /// Asks the tunnel to close with `code` at the next frame boundary. The first request wins.
     pub fn request_close(&self, code: u16) {
         if self.close_code.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            // `notify_one` stores a permit if the tunnel is not waiting yet, so none is lost.
-            self.close.notify_one();
+            // The code is stored before the wake: a tunnel not waiting yet sees it when it polls.
+            self.close.wake();
         }
     }
 
@@ -132,10 +136,29 @@ impl TunnelHandle {
         self.close_code.load(Ordering::Acquire) != 0
     }
 
+    /// The close code once a close is requested; until then `Pending`, and `cx` is woken when
+    /// one is. No future is kept per tunnel for this, only the waker slot in the handle.
+    pub fn poll_close(&self, cx: &mut Context<'_>) -> Poll<u16> {
+        if let Some(code) = self.code() {
+            return Poll::Ready(code);
+        }
+        self.close.register(cx.waker());
+        match self.code() {
+            Some(code) => Poll::Ready(code),
+            None => Poll::Pending,
+        }
+    }
+
     /// Resolves with the close code once a close is requested.
     pub async fn close_requested(&self) -> u16 {
-        self.close.notified().await;
-        self.close_code.load(Ordering::Acquire)
+        std::future::poll_fn(|cx| self.poll_close(cx)).await
+    }
+
+    fn code(&self) -> Option<u16> {
+        match self.close_code.load(Ordering::Acquire) {
+            0 => None,
+            code => Some(code),
+        }
     }
 }
 
