@@ -6,6 +6,7 @@
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock rustfmt.toml clippy.toml ./
+COPY .cargo .cargo
 COPY src src
 COPY config config
 COPY benches benches
