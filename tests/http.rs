@@ -199,3 +199,25 @@ fn a_bad_config_exits_64_naming_the_key_and_line() {
     assert!(String::from_utf8_lossy(&ok.stdout).contains("routes (first matching prefix wins)"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_connections_are_reused_and_a_dropped_response_does_not_poison_the_pool() {
+    let backends = backends(1).await;
+    let proxy = Proxy::start(&config(&backend_list(&backends), ROUTES, "")).await;
+    let client = http_client();
+    for _ in 0..100 {
+        let (status, _, body) = get(&client, &proxy.url("/room/r1/"), &[]).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "b0"));
+    }
+    let opened = backends[0].accepted.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(opened <= 2, "100 sequential requests opened {opened} upstream connections");
+    // A response abandoned mid-body (the client goes away) takes its connection with it; the
+    // next requests still get whole answers.
+    let body = http_body_util::Full::new(bytes::Bytes::from(vec![b'x'; 1 << 20]));
+    let req = http::Request::post(proxy.url("/echo")).body(body).unwrap();
+    drop(tokio::time::timeout(LIMIT, client.request(req)).await.unwrap().unwrap());
+    for _ in 0..10 {
+        let (status, _, body) = get(&client, &proxy.url("/room/r1/"), &[]).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "b0"));
+    }
+}

@@ -55,6 +55,8 @@ pub struct TestBackend {
     task: JoinHandle<()>,
     /// Cancelled by `kill`: every connection, WebSockets included, is dropped.
     killed: tokio_util::sync::CancellationToken,
+    /// TCP connections accepted so far.
+    pub accepted: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl TestBackend {
@@ -69,9 +71,12 @@ impl TestBackend {
         let id_owned = id.to_owned();
         let killed = tokio_util::sync::CancellationToken::new();
         let token = killed.clone();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let id = id_owned.clone();
                 let token = token.clone();
                 tokio::spawn(async move {
@@ -87,7 +92,7 @@ impl TestBackend {
                 });
             }
         });
-        TestBackend { id: id.to_owned(), addr, task, killed }
+        TestBackend { id: id.to_owned(), addr, task, killed, accepted }
     }
 
     /// Stops accepting; the port is closed (connections get refused).
