@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::backends::{Backend, Drain};
 use crate::config::{Config, ConfigError};
+use crate::directory::unix_ms;
 use crate::proxy::Gateway;
 use crate::snapshot::Diff;
 
@@ -339,10 +340,6 @@ impl Control {
             }
         }
     }
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -128,6 +128,13 @@ pub struct SyncReport {
     pub moved: Vec<(String, Arc<str>, Arc<str>)>,
 }
 
+/// Wall-clock milliseconds since the Unix epoch: the time base of what replicas share (drain
+/// deadlines, heartbeats).
+pub(crate) fn unix_ms() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Counts one connection of a room for as long as it lives.
 pub struct Presence {
     directory: Arc<dyn RoomDirectory>,

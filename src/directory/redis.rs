@@ -25,14 +25,14 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use redis::aio::ConnectionManager;
 use serde_json::{Value, json};
 
 use super::memory::LiveEntry;
-use super::{BoxFuture, MemoryDirectory, Placement, ReplicaState, RoomDirectory, RoomInfo, SyncReport, Use};
+use super::{BoxFuture, MemoryDirectory, Placement, ReplicaState, RoomDirectory, RoomInfo, SyncReport, Use, unix_ms};
 
 /// Rooms per refresh script call.
 const BATCH: usize = 500;
@@ -201,10 +201,6 @@ struct Fleet {
     replicas: Vec<Value>,
 }
 
-fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 impl RedisDirectory {
     /// A directory on the Redis at `settings.url`. Nothing is connected yet: the first sync
     /// connects, and until then (or while Redis is away) the replica works on its own.
@@ -254,17 +250,22 @@ impl RedisDirectory {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(t);
-        match tokio::time::timeout(t * 4, self.client.get_connection_manager_with_config(config)).await {
-            Ok(Ok(c)) => {
-                self.conn.store(Some(Arc::new(c.clone())));
-                Some(c)
-            }
+        let c =
+            self.settled(tokio::time::timeout(t * 4, self.client.get_connection_manager_with_config(config)).await)?;
+        self.conn.store(Some(Arc::new(c.clone())));
+        Some(c)
+    }
+
+    /// The value of a timed Redis call, or `None` with the failure recorded.
+    fn settled<T>(&self, result: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>) -> Option<T> {
+        match result {
+            Ok(Ok(v)) => Some(v),
             Ok(Err(e)) => {
                 self.failed(&e.to_string());
                 None
             }
             Err(_) => {
-                self.failed("connect timed out");
+                self.failed("timed out");
                 None
             }
         }
@@ -283,17 +284,7 @@ impl RedisDirectory {
             return None;
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        match tokio::time::timeout(self.settings.timeout, f(&mut conn)).await {
-            Ok(Ok(v)) => Some(v),
-            Ok(Err(e)) => {
-                self.failed(&e.to_string());
-                None
-            }
-            Err(_) => {
-                self.failed("timed out");
-                None
-            }
-        }
+        self.settled(tokio::time::timeout(self.settings.timeout, f(&mut conn)).await)
     }
 
     fn failed(&self, why: &str) {
@@ -320,21 +311,14 @@ impl RedisDirectory {
         // A trivial call decides whether Redis is back before anything is written.
         if !self.is_up() {
             let ping = redis::cmd("PING");
-            match tokio::time::timeout(self.settings.timeout, ping.query_async::<String>(&mut conn)).await {
-                Ok(Ok(_)) => self.recovered(),
-                Ok(Err(e)) => {
-                    self.failed(&e.to_string());
-                    // A fresh connection next time, rather than one in the middle of its
-                    // own reconnect back-off.
-                    self.conn.store(None);
-                    return None;
-                }
-                Err(_) => {
-                    self.failed("timed out");
-                    self.conn.store(None);
-                    return None;
-                }
+            let answer = tokio::time::timeout(self.settings.timeout, ping.query_async::<String>(&mut conn)).await;
+            if self.settled(answer).is_none() {
+                // A fresh connection next time, rather than one in the middle of its own
+                // reconnect back-off.
+                self.conn.store(None);
+                return None;
             }
+            self.recovered();
         }
         let pending = std::mem::take(&mut *lock(&self.unshared_drains));
         for (backend, deadline) in &pending {
