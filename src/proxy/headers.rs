@@ -8,7 +8,8 @@ use http::{Method, Uri};
 use ipnet::IpNet;
 
 /// Headers that describe one hop only (RFC 9110 section 7.6.1), plus common non-standard ones.
-const HOP_BY_HOP: [HeaderName; 8] = [
+const HOP_BY_HOP_COUNT: usize = 8;
+static HOP_BY_HOP: [HeaderName; HOP_BY_HOP_COUNT] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -40,17 +41,38 @@ pub fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
 /// Removes hop-by-hop headers, including every header the `Connection` header names. `Upgrade`
 /// goes too; the WebSocket path puts the handshake's own headers back.
 pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    // One pass over the names finds which are present: most requests carry none or only
+    // `Connection: keep-alive`, and a lookup per absent name costs more than the scan.
+    let mut present = [false; HOP_BY_HOP_COUNT + 1];
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+            present[i] = true;
+        } else if name == header::UPGRADE {
+            present[HOP_BY_HOP_COUNT] = true;
+        }
+    }
+    if !present.contains(&true) {
+        return;
+    }
+    // Tokens that name no header of their own need no lookup (and no allocation).
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .map(str::trim)
+        .filter(|t| !["keep-alive", "close", "upgrade", ""].iter().any(|known| t.eq_ignore_ascii_case(known)))
+        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
         .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+    for name in &named {
         headers.remove(name);
     }
-    headers.remove(header::UPGRADE);
+    for (name, _) in HOP_BY_HOP.iter().zip(present).filter(|(_, p)| *p) {
+        headers.remove(name);
+    }
+    if present[HOP_BY_HOP_COUNT] {
+        headers.remove(header::UPGRADE);
+    }
 }
 
 /// Restores the two headers a WebSocket handshake needs on the next hop.
@@ -72,15 +94,20 @@ pub fn is_trusted(peer: IpAddr, trusted: &[IpNet]) -> bool {
 /// proxy the incoming values are kept and extended; from anyone else they are replaced, so a
 /// client cannot make a backend believe it comes from another address.
 pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, trusted: bool, proto: &'static str) {
-    let peer_text = peer.to_string();
+    let mut text = [0u8; 45];
+    let peer_text = address_text(peer, &mut text);
     let xff = match trusted {
         true => {
             let earlier: Vec<&str> = headers.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()).collect();
-            if earlier.is_empty() { peer_text } else { format!("{}, {peer_text}", earlier.join(", ")) }
+            if earlier.is_empty() {
+                HeaderValue::from_str(peer_text)
+            } else {
+                HeaderValue::try_from(format!("{}, {peer_text}", earlier.join(", ")))
+            }
         }
-        false => peer_text,
+        false => HeaderValue::from_str(peer_text),
     };
-    if let Ok(v) = HeaderValue::try_from(xff) {
+    if let Ok(v) = xff {
         headers.insert(&X_FORWARDED_FOR, v);
     }
     if !trusted || !headers.contains_key(&X_FORWARDED_PROTO) {
@@ -94,6 +121,40 @@ pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, trusted: bool, proto
     }
     if !trusted {
         headers.remove(&FORWARDED);
+    }
+}
+
+/// `ip` as text in `buf`. IPv4 addresses are written by hand: `Display` costs more than the
+/// rest of the forwarding headers together, on every request.
+fn address_text(ip: IpAddr, buf: &mut [u8; 45]) -> &str {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut n = 0;
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    buf[n] = b'.';
+                    n += 1;
+                }
+                if octet >= 100 {
+                    buf[n] = b'0' + octet / 100;
+                    n += 1;
+                }
+                if octet >= 10 {
+                    buf[n] = b'0' + octet / 10 % 10;
+                    n += 1;
+                }
+                buf[n] = b'0' + octet % 10;
+                n += 1;
+            }
+            std::str::from_utf8(&buf[..n]).unwrap_or_default()
+        }
+        IpAddr::V6(v6) => {
+            use std::io::Write;
+            let mut cursor = std::io::Cursor::new(&mut buf[..]);
+            let _ = write!(cursor, "{v6}"); // at most 45 bytes: the longest IPv6 text form
+            let n = usize::try_from(cursor.position()).unwrap_or(0);
+            std::str::from_utf8(&buf[..n]).unwrap_or_default()
+        }
     }
 }
 
@@ -134,6 +195,27 @@ mod tests {
         remove_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1, "{h:?}");
         assert!(h.contains_key("x-room"));
+    }
+
+    #[test]
+    fn connection_tokens_name_headers_in_any_case_and_keep_others() {
+        let mut h = map(&[("connection", "Keep-Alive"), ("connection", "close, X-Hop"), ("x-hop", "1"), ("x-room", "7")]);
+        remove_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        let mut plain = map(&[("x-room", "7"), ("host", "a")]);
+        remove_hop_by_hop(&mut plain);
+        assert_eq!(plain.len(), 2);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn address_text_is_display(bits: u32, v6: u128) {
+            let mut buf = [0u8; 45];
+            let v4 = IpAddr::from(std::net::Ipv4Addr::from(bits));
+            proptest::prop_assert_eq!(address_text(v4, &mut buf), v4.to_string());
+            let v6 = IpAddr::from(std::net::Ipv6Addr::from(v6));
+            proptest::prop_assert_eq!(address_text(v6, &mut buf), v6.to_string());
+        }
     }
 
     #[test]
