@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 mod client;
 
-pub use client::{DrainOptions, drain_command};
+pub use client::{AdminTarget, DrainOptions, drain_command, undrain_command};
 
 use crate::config::parse_duration;
 use crate::control::{Control, ControlError};
