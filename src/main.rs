@@ -87,23 +87,38 @@ struct AdminArgs {
     /// Admin API address.
     #[arg(long, default_value = "127.0.0.1:9901")]
     admin: SocketAddr,
-    /// Admin token (or ROOMGATE_ADMIN_TOKEN).
-    #[arg(long, env = "ROOMGATE_ADMIN_TOKEN", hide_env_values = true)]
+    /// Admin token. Without --token or --token-file: ROOMGATE_ADMIN_TOKEN, else the file named
+    /// by ROOMGATE_ADMIN_TOKEN_FILE.
+    #[arg(long)]
     token: Option<String>,
-    /// File holding the admin token, such as a mounted Kubernetes Secret (or
-    /// ROOMGATE_ADMIN_TOKEN_FILE); trailing whitespace is trimmed.
-    #[arg(long, env = "ROOMGATE_ADMIN_TOKEN_FILE", conflicts_with = "token")]
+    /// File holding the admin token, such as a mounted Kubernetes Secret; trailing whitespace is
+    /// trimmed.
+    #[arg(long, conflicts_with = "token")]
     token_file: Option<PathBuf>,
 }
 
 impl AdminArgs {
+    /// The token: from the command line first, then from the environment. Flags and variables
+    /// are not mixed up as conflicts, so that a pod's ROOMGATE_ADMIN_TOKEN_FILE never stands in
+    /// the way of an explicit --token.
     fn target(self) -> Result<AdminTarget, ExitCode> {
-        let token = match self.token_file {
-            Some(path) => Some(read_token_file(&path).map_err(|why| {
-                eprintln!("roomgate: --token-file {}: {why}", path.display());
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let read = |path: &std::path::Path| {
+            read_token_file(path).map_err(|why| {
+                eprintln!("roomgate: admin token file {}: {why}", path.display());
                 ExitCode::from(EXIT_CONFIG)
-            })?),
-            None => self.token,
+            })
+        };
+        let token = if let Some(token) = self.token {
+            Some(token)
+        } else if let Some(path) = self.token_file {
+            Some(read(&path)?)
+        } else if let Some(token) = env("ROOMGATE_ADMIN_TOKEN") {
+            Some(token)
+        } else if let Some(path) = env("ROOMGATE_ADMIN_TOKEN_FILE") {
+            Some(read(path.as_ref())?)
+        } else {
+            None
         };
         Ok(AdminTarget { admin: self.admin, token })
     }

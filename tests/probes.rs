@@ -101,17 +101,18 @@ async fn readiness_fails_as_soon_as_shutdown_begins() {
 
 /// Runs the `roomgate` binary with `args`; returns its exit code and output.
 async fn roomgate(args: &[&str]) -> (i32, String) {
-    let out = tokio::time::timeout(
-        LIMIT,
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_roomgate"))
-            .args(args)
-            .env_remove("ROOMGATE_ADMIN_TOKEN")
-            .env_remove("ROOMGATE_ADMIN_TOKEN_FILE")
-            .output(),
-    )
-    .await
-    .expect("roomgate CLI timed out")
-    .unwrap();
+    roomgate_with(args, &[]).await
+}
+
+/// Runs the `roomgate` binary with `args` and, of the token variables, only `env`.
+async fn roomgate_with(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_roomgate"));
+    command
+        .args(args)
+        .env_remove("ROOMGATE_ADMIN_TOKEN")
+        .env_remove("ROOMGATE_ADMIN_TOKEN_FILE")
+        .envs(env.iter().copied());
+    let out = tokio::time::timeout(LIMIT, command.output()).await.expect("roomgate CLI timed out").unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.code().unwrap_or(-1), text)
 }
@@ -134,9 +135,14 @@ async fn drain_and_undrain_authenticate_with_a_token_file() {
     let (code, out) = roomgate(&["drain", &id, "--wait", "--admin", &admin, "--token-file", &file]).await;
     assert_eq!(code, 0, "an idle backend is drained at once: {out}");
 
-    let (code, out) = roomgate(&["undrain", &id, "--admin", &admin, "--token-file", &file]).await;
+    // In a pod: the variable names the mounted Secret, and an explicit --token still wins.
+    let (code, out) =
+        roomgate_with(&["undrain", &id, "--admin", &admin], &[("ROOMGATE_ADMIN_TOKEN_FILE", &file)]).await;
     assert_eq!(code, 0, "{out}");
     assert_eq!(state_of(&proxy, &id).await, "active");
+    let pod = [("ROOMGATE_ADMIN_TOKEN_FILE", "/nonexistent")];
+    let (code, out) = roomgate_with(&["undrain", &id, "--admin", &admin, "--token", TOKEN], &pod).await;
+    assert_eq!(code, 0, "{out}");
 
     let (code, out) = roomgate(&["undrain", "nope", "--admin", &admin, "--token-file", &file]).await;
     assert_eq!(code, 2, "unknown backend: {out}");
@@ -148,5 +154,6 @@ async fn drain_and_undrain_authenticate_with_a_token_file() {
     assert_eq!(code, 64, "unreadable token file: {out}");
     let (code, out) = roomgate(&["undrain", &id, "--token", TOKEN, "--token-file", &file]).await;
     assert_eq!(code, 2, "--token and --token-file conflict (clap's usage error): {out}");
+    assert!(out.contains("cannot be used with"), "{out}");
     proxy.shutdown().await;
 }
