@@ -19,6 +19,8 @@ FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/roomgate /usr/local/bin/roomgate
 COPY --from=build /src/roomgate.toml /etc/roomgate/roomgate.toml
 USER nonroot
-EXPOSE 8080
+# 8080 HTTP, 8443 HTTPS (with [tls]), 9901 the admin API and its probes (with [admin] listen on
+# 0.0.0.0 and a token). deploy/kubernetes runs this image with its own config from a ConfigMap.
+EXPOSE 8080 8443 9901
 ENTRYPOINT ["/usr/local/bin/roomgate"]
 CMD ["run", "--config", "/etc/roomgate/roomgate.toml"]

@@ -14,9 +14,9 @@ use anyhow::Context;
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-use clap::{Parser, Subcommand};
-use roomgate::admin::{DrainOptions, drain_command};
-use roomgate::config::{Config, LogFormat, parse_duration};
+use clap::{Args, Parser, Subcommand};
+use roomgate::admin::{AdminTarget, DrainOptions, drain_command, undrain_command};
+use roomgate::config::{Config, LogFormat, parse_duration, read_token_file};
 use roomgate::control::Control;
 use roomgate::demo::DemoBackend;
 use roomgate::{Listeners, Server};
@@ -68,13 +68,60 @@ enum Command {
         /// How long --wait waits (default: the deadline plus 1m, or 10m).
         #[arg(long, value_parser = parse_duration)]
         timeout: Option<std::time::Duration>,
-        /// Admin API address.
-        #[arg(long, default_value = "127.0.0.1:9901")]
-        admin: SocketAddr,
-        /// Admin token (or ROOMGATE_ADMIN_TOKEN).
-        #[arg(long, env = "ROOMGATE_ADMIN_TOKEN", hide_env_values = true)]
-        token: Option<String>,
+        #[command(flatten)]
+        target: AdminArgs,
     },
+    /// End a drain: the backend takes new rooms again. Exits 0 when done, 2 if the admin API
+    /// fails or refuses (unknown backend, or one removed from the config).
+    Undrain {
+        /// Backend id.
+        id: String,
+        #[command(flatten)]
+        target: AdminArgs,
+    },
+}
+
+/// Where the admin API is and how to authenticate to it (`drain`, `undrain`).
+#[derive(Args)]
+struct AdminArgs {
+    /// Admin API address.
+    #[arg(long, default_value = "127.0.0.1:9901")]
+    admin: SocketAddr,
+    /// Admin token. Without --token or --token-file: ROOMGATE_ADMIN_TOKEN, else the file named
+    /// by ROOMGATE_ADMIN_TOKEN_FILE.
+    #[arg(long)]
+    token: Option<String>,
+    /// File holding the admin token, such as a mounted Kubernetes Secret; trailing whitespace is
+    /// trimmed.
+    #[arg(long, conflicts_with = "token")]
+    token_file: Option<PathBuf>,
+}
+
+impl AdminArgs {
+    /// The token: from the command line first, then from the environment. Flags and variables
+    /// are not mixed up as conflicts, so that a pod's ROOMGATE_ADMIN_TOKEN_FILE never stands in
+    /// the way of an explicit --token.
+    fn target(self) -> Result<AdminTarget, ExitCode> {
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let read = |path: &std::path::Path| {
+            read_token_file(path).map_err(|why| {
+                eprintln!("roomgate: admin token file {}: {why}", path.display());
+                ExitCode::from(EXIT_CONFIG)
+            })
+        };
+        let token = if let Some(token) = self.token {
+            Some(token)
+        } else if let Some(path) = self.token_file {
+            Some(read(&path)?)
+        } else if let Some(token) = env("ROOMGATE_ADMIN_TOKEN") {
+            Some(token)
+        } else if let Some(path) = env("ROOMGATE_ADMIN_TOKEN_FILE") {
+            Some(read(path.as_ref())?)
+        } else {
+            None
+        };
+        Ok(AdminTarget { admin: self.admin, token })
+    }
 }
 
 fn main() -> ExitCode {
@@ -91,13 +138,21 @@ fn main() -> ExitCode {
         }
         Command::Run { config, workers } => (config, workers, false),
         Command::Demo => (None, None, true),
-        Command::Drain { id, wait, deadline, timeout, admin, token } => {
+        Command::Drain { id, wait, deadline, timeout, target } => {
             let timeout = timeout.unwrap_or(deadline.map_or(Duration::from_secs(600), |d| d + Duration::from_secs(60)));
-            let opts = DrainOptions { backend: id, admin, token, deadline, wait, timeout };
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-                return ExitCode::from(2);
+            let target = match target.target() {
+                Ok(t) => t,
+                Err(code) => return code,
             };
-            return ExitCode::from(rt.block_on(drain_command(&opts)));
+            let opts = DrainOptions { backend: id, target, deadline, wait, timeout };
+            return admin_call(drain_command(&opts));
+        }
+        Command::Undrain { id, target } => {
+            let target = match target.target() {
+                Ok(t) => t,
+                Err(code) => return code,
+            };
+            return admin_call(undrain_command(&target, &id));
         }
     };
     let mut config = match load(config_path.as_ref()) {
@@ -115,6 +170,14 @@ fn main() -> ExitCode {
             eprintln!("roomgate: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Runs one admin client command on a small runtime of its own; its result is the exit code.
+fn admin_call(command: impl std::future::Future<Output = u8>) -> ExitCode {
+    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => ExitCode::from(rt.block_on(command)),
+        Err(_) => ExitCode::from(2),
     }
 }
 

@@ -1,4 +1,4 @@
-//! The client side of the admin API, for `roomgate drain` in deploy scripts.
+//! The client side of the admin API, for `roomgate drain` and `roomgate undrain` in deploy scripts.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -10,12 +10,18 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
+/// Which admin API to ask, and with which token.
+#[derive(Clone, Debug)]
+pub struct AdminTarget {
+    pub admin: SocketAddr,
+    pub token: Option<String>,
+}
+
 /// What `roomgate drain` was asked to do.
 #[derive(Clone, Debug)]
 pub struct DrainOptions {
     pub backend: String,
-    pub admin: SocketAddr,
-    pub token: Option<String>,
+    pub target: AdminTarget,
     /// Deadline sent to the server; `None`: the server's `[drain] deadline`.
     pub deadline: Option<Duration>,
     /// Wait until the backend holds no live room and no socket.
@@ -32,14 +38,14 @@ pub async fn drain_command(opts: &DrainOptions) -> u8 {
         None => String::new(),
     };
     let path = format!("/admin/backends/{}/drain", opts.backend);
-    match request(opts, Method::POST, &path, body).await {
+    match request(&opts.target, Method::POST, &path, body).await {
         Ok((StatusCode::OK, _)) => println!("draining {}", opts.backend),
         Ok((status, v)) => {
-            eprintln!("roomgate drain: {status}: {}", v.get("error").and_then(Value::as_str).unwrap_or("?"));
+            eprintln!("roomgate drain: {status}: {}", error_of(&v));
             return 2;
         }
         Err(e) => {
-            eprintln!("roomgate drain: cannot reach the admin API at {}: {e}", opts.admin);
+            eprintln!("roomgate drain: cannot reach the admin API at {}: {e}", opts.target.admin);
             return 2;
         }
     }
@@ -49,7 +55,7 @@ pub async fn drain_command(opts: &DrainOptions) -> u8 {
     let started = Instant::now();
     let mut last = (u64::MAX, u64::MAX);
     loop {
-        let load = match request(opts, Method::GET, "/admin/status", String::new()).await {
+        let load = match request(&opts.target, Method::GET, "/admin/status", String::new()).await {
             Ok((StatusCode::OK, status)) => backend_load(&status, &opts.backend),
             Ok((status, _)) => {
                 eprintln!("roomgate drain: status request failed: {status}");
@@ -82,6 +88,30 @@ pub async fn drain_command(opts: &DrainOptions) -> u8 {
     }
 }
 
+/// Ends the drain of `backend`: it takes new rooms again. Returns the process exit code: 0 done,
+/// 2 the admin API failed or refused (unknown backend, or one removed from the config).
+pub async fn undrain_command(target: &AdminTarget, backend: &str) -> u8 {
+    let path = format!("/admin/backends/{backend}/undrain");
+    match request(target, Method::POST, &path, String::new()).await {
+        Ok((StatusCode::OK, _)) => {
+            println!("{backend} active");
+            0
+        }
+        Ok((status, v)) => {
+            eprintln!("roomgate undrain: {status}: {}", error_of(&v));
+            2
+        }
+        Err(e) => {
+            eprintln!("roomgate undrain: cannot reach the admin API at {}: {e}", target.admin);
+            2
+        }
+    }
+}
+
+fn error_of(v: &Value) -> &str {
+    v.get("error").and_then(Value::as_str).unwrap_or("?")
+}
+
 /// (live rooms, sockets) of `backend`, or `None` when the status does not list it (a removed
 /// backend that has drained is dropped from the status).
 fn backend_load(status: &Value, backend: &str) -> Option<(u64, u64)> {
@@ -90,10 +120,15 @@ fn backend_load(status: &Value, backend: &str) -> Option<(u64, u64)> {
     Some((b.get("rooms")?.as_u64()?, b.get("sockets")?.as_u64()?))
 }
 
-async fn request(opts: &DrainOptions, method: Method, path: &str, body: String) -> anyhow::Result<(StatusCode, Value)> {
+async fn request(
+    target: &AdminTarget,
+    method: Method,
+    path: &str,
+    body: String,
+) -> anyhow::Result<(StatusCode, Value)> {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let mut req = Request::builder().method(method).uri(format!("http://{}{path}", opts.admin));
-    if let Some(t) = &opts.token {
+    let mut req = Request::builder().method(method).uri(format!("http://{}{path}", target.admin));
+    if let Some(t) = &target.token {
         req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
     }
     let req = req.header(header::CONTENT_TYPE, "application/json").body(Full::new(Bytes::from(body)))?;

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 mod client;
 
-pub use client::{DrainOptions, drain_command};
+pub use client::{AdminTarget, DrainOptions, drain_command, undrain_command};
 
 use crate::config::parse_duration;
 use crate::control::{Control, ControlError};
@@ -49,6 +49,11 @@ pub async fn serve(listener: TcpListener, control: Arc<Control>, stop: Cancellat
 async fn handle(control: &Control, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
+    // The probes need no token. Readiness is the process's own: every listener is bound before
+    // the server starts (main, tests), so an answer here means the config loaded and the
+    // listeners are bound. It never looks at the backends or at Redis: a replica whose backends
+    // are all down still owes its clients an answer, and taking it out of service helps no one.
+    // When a shutdown begins this listener closes, so both probes fail from then on.
     match (&method, path.as_str()) {
         (&Method::GET, "/healthz") => return text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/readyz") => return text(StatusCode::OK, "ready\n"),

@@ -132,6 +132,8 @@ pub struct DrainSection {
 pub struct AdminSection {
     pub listen: Spanned<SocketAddr>,
     pub token: Option<Spanned<String>>,
+    /// A file holding the token (a mounted Kubernetes Secret); read when the config is loaded.
+    pub token_file: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -306,7 +308,11 @@ impl Default for DrainSection {
 
 impl Default for AdminSection {
     fn default() -> Self {
-        AdminSection { listen: Spanned::new(0..0, SocketAddr::from(([127, 0, 0, 1], 9901))), token: None }
+        AdminSection {
+            listen: Spanned::new(0..0, SocketAddr::from(([127, 0, 0, 1], 9901))),
+            token: None,
+            token_file: None,
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 mod describe;
 mod duration;
 mod file;
+mod secret;
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -15,6 +16,7 @@ use toml::Spanned;
 
 pub use duration::{HumanDuration, OptionalDuration, parse_duration};
 pub use file::{LogFormat, OnMissing, RouteMode};
+pub use secret::{MIN_TOKEN_LEN, read_token_file};
 
 use crate::placement::Algorithm;
 use crate::room_key::{KeySource, SourceKind};
@@ -295,19 +297,26 @@ impl Validator<'_> {
     }
 
     fn admin(&self, a: &file::AdminSection) -> Result<Admin, ConfigError> {
-        let token = a.token.as_ref().map(|t| t.get_ref().clone()).filter(|t| !t.is_empty());
-        if let Some(t) = &a.token
-            && t.get_ref().len() < 16
-            && !t.get_ref().is_empty()
-        {
-            return Err(self.err(t, "admin.token is too short: use at least 16 characters".into()));
-        }
+        let token = match (&a.token, &a.token_file) {
+            (Some(_), Some(f)) => {
+                return Err(self.err(f, "admin.token and admin.token_file are both set: keep one".into()));
+            }
+            (_, Some(f)) => Some(
+                read_token_file(Path::new(f.get_ref()))
+                    .map_err(|why| self.err(f, format!("admin.token_file = {:?}: {why}", f.get_ref())))?,
+            ),
+            (Some(t), None) if !t.get_ref().is_empty() && t.get_ref().len() < MIN_TOKEN_LEN => {
+                return Err(self.err(t, format!("admin.token is too short: use at least {MIN_TOKEN_LEN} characters")));
+            }
+            (Some(t), None) => Some(t.get_ref().clone()).filter(|t| !t.is_empty()),
+            (None, None) => None,
+        };
         let listen = *a.listen.get_ref();
         if !listen.ip().is_loopback() && token.is_none() {
             return Err(self.err(
                 &a.listen,
                 format!(
-                    "admin.listen = \"{listen}\" is not a loopback address: set admin.token to expose the admin API"
+                    "admin.listen = \"{listen}\" is not a loopback address: set admin.token or admin.token_file to expose the admin API"
                 ),
             ));
         }

@@ -167,3 +167,43 @@ fn lifecycle_sections() {
     let ok = format!("[admin]\nlisten = \"0.0.0.0:9901\"\ntoken = \"0123456789abcdef\"\n{MINIMAL}");
     assert!(Config::from_toml(&ok, "t").is_ok());
 }
+
+/// `[admin] token_file`: the token of a mounted Secret, read at load with its newline trimmed.
+#[test]
+fn admin_token_from_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, content: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, content).unwrap();
+        path.display().to_string()
+    };
+    let with_file = |path: &str| format!("[admin]\nlisten = \"0.0.0.0:9901\"\ntoken_file = {path:?}\n{MINIMAL}");
+
+    let good = write("good", "0123456789abcdef-secret\n");
+    let c = Config::from_toml(&with_file(&good), "t").unwrap();
+    assert_eq!(c.admin.token.as_deref(), Some("0123456789abcdef-secret"), "newline trimmed");
+    let crlf = write("crlf", "0123456789abcdef-secret\r\n");
+    assert_eq!(
+        Config::from_toml(&with_file(&crlf), "t").unwrap().admin.token.as_deref(),
+        Some("0123456789abcdef-secret")
+    );
+
+    let missing = dir.path().join("missing").display().to_string();
+    let cases: Vec<(String, &str)> = vec![
+        (with_file(&missing), "cannot read it"),
+        (with_file(&write("short", "short\n")), "too short"),
+        (with_file(&write("empty", "\n")), "is empty"),
+        (with_file(&write("two-lines", "0123456789abcdef\nsecond line\n")), "one line"),
+    ];
+    for (text, needle) in &cases {
+        let e = err(text);
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.message.contains("admin.token_file") && e.message.contains(needle), "{e}");
+        assert!(!e.message.contains("0123456789abcdef"), "the error must not quote the token: {e}");
+    }
+
+    let both = format!("[admin]\ntoken = \"0123456789abcdef\"\ntoken_file = {good:?}\n{MINIMAL}");
+    let e = err(&both);
+    assert_eq!(e.line, Some(3), "{e}");
+    assert!(e.message.contains("both set"), "{e}");
+}

@@ -277,6 +277,18 @@ impl Proxy {
         tokio::time::timeout(LIMIT, &mut self.task).await.unwrap().unwrap().unwrap();
     }
 
+    /// Signals shutdown without waiting for it (`shutdown` still waits for the end).
+    pub fn begin_shutdown(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Whether `run` has returned.
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
