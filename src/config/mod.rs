@@ -32,7 +32,10 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub upstream: Upstream,
     pub placement: PlacementConfig,
+    /// The file's `[[backends]]`, then (in a running snapshot) the backends discovered in DNS.
     pub backends: Vec<BackendSpec>,
+    /// `[[discovery]]`: backend sets read from DNS SRV records.
+    pub discovery: Vec<Discovery>,
     pub routes: Vec<Route>,
     pub log: Log,
     pub shutdown: Shutdown,
@@ -153,10 +156,33 @@ pub struct Shutdown {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BackendSpec {
     pub id: String,
-    /// As written: `host:port`.
+    /// As written: `host:port` (discovered: the SRV target and port).
     pub addr_text: String,
-    /// Resolved when the config was loaded.
+    /// Resolved when the config was loaded (discovered: when the SRV name was resolved).
     pub addr: SocketAddr,
+    pub source: BackendSource,
+}
+
+/// Where a backend came from: a reload replaces the file's, a resolution one SRV name's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum BackendSource {
+    /// A `[[backends]]` entry.
+    #[default]
+    File,
+    /// A `[[discovery]]` entry: the SRV name it was read from.
+    Dns(std::sync::Arc<str>),
+}
+
+/// A `[[discovery]]` entry: a backend set read from the SRV records of `srv`, every `interval`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Discovery {
+    /// The SRV name, as written (a trailing dot makes it absolute: no search domains).
+    pub srv: String,
+    pub interval: Duration,
+    /// `None`: the system resolver (`/etc/resolv.conf`).
+    pub resolver: Option<SocketAddr>,
+    /// Longest wait for one resolution (the SRV query and the targets' addresses).
+    pub timeout: Duration,
 }
 
 /// A route: the first one whose prefix starts the request path handles the request.
@@ -266,6 +292,8 @@ impl Validator<'_> {
             return Err(self.err(&f.reload.interval, "reload.interval must be more than 0".into()));
         }
         let directory = self.directory(&f.directory)?;
+        let discovery = self.discovery(&f.discovery)?;
+        let backends = self.backends(f.backends, !discovery.is_empty())?;
         Ok(Config {
             directory,
             origin: origin.to_owned(),
@@ -287,7 +315,8 @@ impl Validator<'_> {
                 idle_timeout: f.upstream.idle_timeout.0,
             },
             placement: PlacementConfig { algorithm: f.placement.algorithm, vnodes },
-            backends: self.backends(f.backends)?,
+            backends,
+            discovery,
             routes: self.routes(f.routes)?,
             log: Log { format: f.log.format, level, access: f.log.access },
             shutdown: Shutdown { grace: f.shutdown.grace.0 },
@@ -421,9 +450,16 @@ impl Validator<'_> {
         })
     }
 
-    fn backends(&self, entries: Vec<Spanned<file::BackendEntry>>) -> Result<Vec<BackendSpec>, ConfigError> {
-        if entries.is_empty() {
-            return Err((self.at)(0..0, "no backends: add at least one [[backends]] with an id and an addr".into()));
+    fn backends(
+        &self,
+        entries: Vec<Spanned<file::BackendEntry>>,
+        discovery: bool,
+    ) -> Result<Vec<BackendSpec>, ConfigError> {
+        if entries.is_empty() && !discovery {
+            return Err((self.at)(
+                0..0,
+                "no backends: add at least one [[backends]] with an id and an addr, or a [[discovery]]".into(),
+            ));
         }
         let mut out: Vec<BackendSpec> = Vec::with_capacity(entries.len());
         for (i, entry) in entries.iter().enumerate() {
@@ -439,7 +475,43 @@ impl Validator<'_> {
             }
             let addr =
                 resolve(e.addr.get_ref()).map_err(|why| self.err(&e.addr, format!("backends[{i}].addr: {why}")))?;
-            out.push(BackendSpec { id: id.clone(), addr_text: e.addr.get_ref().clone(), addr });
+            out.push(BackendSpec {
+                id: id.clone(),
+                addr_text: e.addr.get_ref().clone(),
+                addr,
+                source: BackendSource::File,
+            });
+        }
+        Ok(out)
+    }
+
+    fn discovery(&self, entries: &[Spanned<file::DiscoverySection>]) -> Result<Vec<Discovery>, ConfigError> {
+        let mut out: Vec<Discovery> = Vec::with_capacity(entries.len());
+        for (i, entry) in entries.iter().enumerate() {
+            let d = entry.get_ref();
+            let srv = d.srv.get_ref();
+            if let Err(why) = check_dns_name(srv) {
+                return Err(self.err(&d.srv, format!("discovery[{i}].srv = {srv:?} is not a DNS name: {why}")));
+            }
+            let key = srv.trim_end_matches('.').to_ascii_lowercase();
+            if let Some(j) = out.iter().position(|o| o.srv.trim_end_matches('.').eq_ignore_ascii_case(&key)) {
+                return Err(self.err(&d.srv, format!("discovery[{i}].srv = {srv:?} is already discovery[{j}]")));
+            }
+            let interval = d.interval.get_ref().0;
+            if interval < Duration::from_millis(100) {
+                return Err(self.err(&d.interval, format!("discovery[{i}].interval: at least 100ms")));
+            }
+            let timeout = d.timeout.get_ref().0;
+            if timeout.is_zero() {
+                return Err(self.err(&d.timeout, format!("discovery[{i}].timeout must be more than 0")));
+            }
+            let resolver = match &d.resolver {
+                None => None,
+                Some(r) => Some(r.get_ref().parse::<SocketAddr>().map_err(|_| {
+                    self.err(r, format!("discovery[{i}].resolver = {:?}: expected ip:port", r.get_ref()))
+                })?),
+            };
+            out.push(Discovery { srv: srv.clone(), interval, resolver, timeout });
         }
         Ok(out)
     }
@@ -537,6 +609,24 @@ fn resolve(text: &str) -> Result<SocketAddr, String> {
     }
     let mut addrs = text.to_socket_addrs().map_err(|e| format!("cannot resolve {text:?}: {e}"))?;
     addrs.next().ok_or_else(|| format!("{text:?} resolved to no address"))
+}
+
+/// A DNS name as an SRV owner: dot-separated labels of 1 to 63 letters, digits, `-` or `_`
+/// (SRV names start with `_service._proto`), 253 bytes at most; a trailing dot is allowed.
+fn check_dns_name(name: &str) -> Result<(), &'static str> {
+    let bare = name.strip_suffix('.').unwrap_or(name);
+    if bare.is_empty() || bare.len() > 253 {
+        return Err("expected 1 to 253 characters");
+    }
+    for label in bare.split('.') {
+        if label.is_empty() || label.len() > 63 {
+            return Err("each label (between dots) has 1 to 63 characters");
+        }
+        if !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+            return Err("labels hold letters, digits, '-' and '_' only");
+        }
+    }
+    Ok(())
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
