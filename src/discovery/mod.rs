@@ -116,6 +116,11 @@ impl Registry {
         config
     }
 
+    /// Follows the number of resolutions recorded so far.
+    pub fn attempts(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.attempts.subscribe()
+    }
+
     /// Has every one of `entries` had a resolution?
     fn all_attempted(&self, entries: &[Discovery]) -> bool {
         let states = lock(&self.entries);
@@ -198,7 +203,7 @@ async fn follow(control: Arc<Control>, entry: Discovery) {
 pub async fn first_round(control: &Control) {
     let entries = control.gateway().snapshot().config.discovery.clone();
     let Some(limit) = entries.iter().map(|d| d.timeout).max() else { return };
-    let mut attempts = control.discovery().attempts.subscribe();
+    let mut attempts = control.discovery().attempts();
     let waited = tokio::time::timeout(
         limit + Duration::from_millis(100),
         attempts.wait_for(|_| control.discovery().all_attempted(&entries)),
