@@ -9,7 +9,7 @@ mod common;
 mod dns;
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use common::*;
 use dns::{Mode, TestDns};
@@ -277,4 +277,49 @@ async fn target_addresses_are_looked_up_when_the_answer_has_none() {
     let status = wait_status(&proxy, "discovered", |s| active(s) == ["game-0"]).await;
     assert_eq!(backend(&status, "game-0").unwrap()["addr"], g0.addr.to_string());
     proxy.shutdown().await;
+}
+
+/// The figure behind the docs: time from a DNS change (a pod added) to a new room reaching the
+/// new backend, for two intervals. `cargo test --test discovery time_from -- --nocapture` prints it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_from_a_dns_change_to_new_rooms() {
+    use roomgate::placement::{Algorithm, Placement};
+    for (interval, period) in [("1s", Duration::from_secs(1)), ("100ms", Duration::from_millis(100))] {
+        let dns = TestDns::start(SRV).await;
+        let mut pods = vec![TestBackend::start("game-0").await];
+        answer(&dns, &pods.iter().collect::<Vec<_>>());
+        let proxy = Proxy::start(&config(&[], ROUTES, &discovery(dns.addr, interval))).await;
+        wait_status(&proxy, "first set", |s| active(s) == ["game-0"]).await;
+        let client = http_client();
+        let mut took = Vec::new();
+        for k in 1..=5 {
+            let pod = TestBackend::start(&format!("game-{k}")).await;
+            let ids: Vec<String> = pods.iter().chain([&pod]).map(|b| b.id.clone()).collect();
+            // A room that the new set places on the new pod.
+            let placement = Placement::build(Algorithm::Rendezvous, 160, &ids);
+            let room =
+                (0..1000).map(|i| format!("m{k}-{i}")).find(|r| placement.place(r.as_bytes()) == Some(k)).unwrap();
+            pods.push(pod);
+            let epoch = *proxy.control.epochs().borrow();
+            // The last change was seen right after a resolution: shift the next one to 10%, 30%,
+            // ... 90% of the way to the next round, so the samples span the interval (a
+            // measurement offset, not a wait for anything).
+            tokio::time::sleep(period * (2 * k as u32 - 1) / 10).await;
+            let started = Instant::now();
+            answer(&dns, &pods.iter().collect::<Vec<_>>());
+            proxy.wait_epoch(epoch + 1).await;
+            let (_, headers, _) = get(&client, &proxy.url(&format!("/room/{room}/")), &[]).await;
+            took.push(started.elapsed());
+            assert_eq!(headers["x-backend"], ids[k].as_str());
+        }
+        let ms: Vec<f64> = took.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+        let mean = ms.iter().sum::<f64>() / ms.len() as f64;
+        let max = ms.iter().copied().fold(0.0, f64::max);
+        let min = ms.iter().copied().fold(f64::MAX, f64::min);
+        println!(
+            "interval {interval}: DNS change to a new room on the new pod: min {min:.0} ms, mean {mean:.0} ms, max {max:.0} ms ({} samples)",
+            ms.len()
+        );
+        proxy.shutdown().await;
+    }
 }

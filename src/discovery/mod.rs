@@ -74,8 +74,8 @@ impl Registry {
                 Err(failure) => {
                     metrics.discovery_resolution(srv, failure.outcome());
                     if state.failing.as_ref() != Some(&failure) {
-                        let kept = state.set.as_ref().map(Vec::len);
-                        tracing::warn!(srv, error = %failure, kept_backends = ?kept, "DNS discovery failed; the last good set stays");
+                        let kept = state.set.as_ref().map_or(0, Vec::len);
+                        tracing::warn!(srv, error = %failure, kept_backends = kept, "DNS discovery failed; the last good set stays");
                     }
                     state.last_error = Some(failure.to_string());
                     state.failing = Some(failure);
