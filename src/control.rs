@@ -153,6 +153,11 @@ impl Control {
     /// the new set (the file's backends unchanged). Added backends get new rooms; vanished ones
     /// drain like backends removed from the file.
     pub async fn discovered(&self, entry: &Discovery, outcome: Result<Vec<BackendSpec>, Failure>) {
+        self.publish_discovered(entry, outcome).await;
+        self.discovery.done(entry);
+    }
+
+    async fn publish_discovered(&self, entry: &Discovery, outcome: Result<Vec<BackendSpec>, Failure>) {
         let _one_at_a_time = self.publish.lock().await;
         let current = self.gateway.snapshot();
         if !current.config.discovery.contains(entry) {

@@ -279,6 +279,37 @@ async fn target_addresses_are_looked_up_when_the_answer_has_none() {
     proxy.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_answer_is_in_force_before_serving() {
+    let g0 = TestBackend::start("game-0").await;
+    let dns = TestDns::start(SRV).await;
+    answer(&dns, &[&g0]);
+    let proxy = Proxy::start(&config(&[], ROUTES, &discovery(dns.addr, "5s"))).await;
+    // No wait: the listener is served once the first resolution is in force.
+    let (status, headers, _) = get(&http_client(), &proxy.url("/room/first/"), &[]).await;
+    assert_eq!((status.as_u16(), headers["x-backend"].to_str().unwrap()), (200, "game-0"));
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_dns_at_start_serves_the_file_backends_and_keeps_trying() {
+    let (s0, d0) = (TestBackend::start("s0").await, TestBackend::start("d0").await);
+    let dns = TestDns::start(SRV).await;
+    answer(&dns, &[&d0]);
+    dns.mode(Mode::Silent);
+    let proxy = Proxy::start(&config(&[("s0", s0.addr)], ROUTES, &discovery(dns.addr, "100ms"))).await;
+    let (status, headers, _) = get(&http_client(), &proxy.url("/room/x/"), &[]).await;
+    assert_eq!(
+        (status.as_u16(), headers["x-backend"].to_str().unwrap()),
+        (200, "s0"),
+        "served after the first timeout"
+    );
+    answer(&dns, &[&d0]);
+    let status = wait_status(&proxy, "d0 once DNS answers", |s| active(s) == ["d0", "s0"]).await;
+    assert!(status["discovery"][0]["last_error"].is_null(), "{status:#}");
+    proxy.shutdown().await;
+}
+
 /// The figure behind the docs: time from a DNS change (a pod added) to a new room reaching the
 /// new backend, for two intervals. `cargo test --test discovery time_from -- --nocapture` prints it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

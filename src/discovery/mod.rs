@@ -54,38 +54,42 @@ impl Registry {
     /// snapshot is due.
     pub fn record(&self, entry: &Discovery, outcome: Result<Vec<BackendSpec>, Failure>, metrics: &Metrics) -> bool {
         let srv = entry.srv.as_str();
-        let changed = {
-            let mut entries = lock(&self.entries);
-            let state = entries.entry(entry.srv.clone()).or_default();
-            state.attempts += 1;
-            match outcome {
-                Ok(set) => {
-                    metrics.discovery_resolution(srv, "ok");
-                    metrics.discovered_backends(srv, set.len());
-                    if state.failing.take().is_some() {
-                        tracing::info!(srv, backends = set.len(), "DNS discovery answers again");
-                    }
-                    state.last_ok = Some(unix_ms() / 1000);
-                    state.last_error = None;
-                    let changed = state.set.as_ref() != Some(&set);
-                    state.set = Some(set);
-                    changed
+        let mut entries = lock(&self.entries);
+        let state = entries.entry(entry.srv.clone()).or_default();
+        match outcome {
+            Ok(set) => {
+                metrics.discovery_resolution(srv, "ok");
+                metrics.discovered_backends(srv, set.len());
+                if state.failing.take().is_some() {
+                    tracing::info!(srv, backends = set.len(), "DNS discovery answers again");
                 }
-                Err(failure) => {
-                    metrics.discovery_resolution(srv, failure.outcome());
-                    if state.failing.as_ref() != Some(&failure) {
-                        let kept = state.set.as_ref().map_or(0, Vec::len);
-                        tracing::warn!(srv, error = %failure, kept_backends = kept, "DNS discovery failed; the last good set stays");
-                    }
-                    state.last_error = Some(failure.to_string());
-                    state.failing = Some(failure);
-                    false
-                }
+                state.last_ok = Some(unix_ms() / 1000);
+                state.last_error = None;
+                let changed = state.set.as_ref() != Some(&set);
+                state.set = Some(set);
+                changed
             }
-        };
+            Err(failure) => {
+                metrics.discovery_resolution(srv, failure.outcome());
+                if state.failing.as_ref() != Some(&failure) {
+                    let kept = state.set.as_ref().map_or(0, Vec::len);
+                    tracing::warn!(srv, error = %failure, kept_backends = kept, "DNS discovery failed; the last good set stays");
+                }
+                state.last_error = Some(failure.to_string());
+                state.failing = Some(failure);
+                false
+            }
+        }
+    }
+
+    /// Counts a resolution of `entry` as done, once its outcome is in force (its snapshot
+    /// published), so that whoever waits on it sees the new set.
+    pub fn done(&self, entry: &Discovery) {
+        if let Some(state) = lock(&self.entries).get_mut(&entry.srv) {
+            state.attempts += 1;
+        }
         // Bumped with the entries unlocked: a waiter reads them from inside the watch.
         self.attempts.send_modify(|n| *n += 1);
-        changed
     }
 
     /// `config` with the discovered sets of its `[[discovery]]` entries merged into its backends
