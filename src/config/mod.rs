@@ -2,6 +2,7 @@
 //! the key that is wrong; nothing is bound or started from a config that did not validate.
 
 mod describe;
+mod discovery;
 mod duration;
 mod file;
 
@@ -485,37 +486,6 @@ impl Validator<'_> {
         Ok(out)
     }
 
-    fn discovery(&self, entries: &[Spanned<file::DiscoverySection>]) -> Result<Vec<Discovery>, ConfigError> {
-        let mut out: Vec<Discovery> = Vec::with_capacity(entries.len());
-        for (i, entry) in entries.iter().enumerate() {
-            let d = entry.get_ref();
-            let srv = d.srv.get_ref();
-            if let Err(why) = check_dns_name(srv) {
-                return Err(self.err(&d.srv, format!("discovery[{i}].srv = {srv:?} is not a DNS name: {why}")));
-            }
-            let key = srv.trim_end_matches('.').to_ascii_lowercase();
-            if let Some(j) = out.iter().position(|o| o.srv.trim_end_matches('.').eq_ignore_ascii_case(&key)) {
-                return Err(self.err(&d.srv, format!("discovery[{i}].srv = {srv:?} is already discovery[{j}]")));
-            }
-            let interval = d.interval.get_ref().0;
-            if interval < Duration::from_millis(100) {
-                return Err(self.err(&d.interval, format!("discovery[{i}].interval: at least 100ms")));
-            }
-            let timeout = d.timeout.get_ref().0;
-            if timeout.is_zero() {
-                return Err(self.err(&d.timeout, format!("discovery[{i}].timeout must be more than 0")));
-            }
-            let resolver = match &d.resolver {
-                None => None,
-                Some(r) => Some(r.get_ref().parse::<SocketAddr>().map_err(|_| {
-                    self.err(r, format!("discovery[{i}].resolver = {:?}: expected ip:port", r.get_ref()))
-                })?),
-            };
-            out.push(Discovery { srv: srv.clone(), interval, resolver, timeout });
-        }
-        Ok(out)
-    }
-
     fn routes(&self, entries: Vec<Spanned<file::RouteEntry>>) -> Result<Vec<Route>, ConfigError> {
         if entries.is_empty() {
             return Err((self.at)(
@@ -609,24 +579,6 @@ fn resolve(text: &str) -> Result<SocketAddr, String> {
     }
     let mut addrs = text.to_socket_addrs().map_err(|e| format!("cannot resolve {text:?}: {e}"))?;
     addrs.next().ok_or_else(|| format!("{text:?} resolved to no address"))
-}
-
-/// A DNS name as an SRV owner: dot-separated labels of 1 to 63 letters, digits, `-` or `_`
-/// (SRV names start with `_service._proto`), 253 bytes at most; a trailing dot is allowed.
-fn check_dns_name(name: &str) -> Result<(), &'static str> {
-    let bare = name.strip_suffix('.').unwrap_or(name);
-    if bare.is_empty() || bare.len() > 253 {
-        return Err("expected 1 to 253 characters");
-    }
-    for label in bare.split('.') {
-        if label.is_empty() || label.len() > 63 {
-            return Err("each label (between dots) has 1 to 63 characters");
-        }
-        if !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-            return Err("labels hold letters, digits, '-' and '_' only");
-        }
-    }
-    Ok(())
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
