@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::backends::{Backend, Drain};
-use crate::config::{BackendSource, BackendSpec, Config, ConfigError, Discovery};
+use crate::config::{BackendSpec, Config, ConfigError, Discovery};
 use crate::directory::unix_ms;
 use crate::discovery::{Failure, Registry};
 use crate::proxy::Gateway;
@@ -166,9 +166,8 @@ impl Control {
         if !self.discovery.record(entry, outcome, &self.gateway.metrics) {
             return;
         }
-        let mut config = (*current.config).clone();
-        config.backends.retain(|b| b.source == BackendSource::File);
-        let config = self.discovery.merge(config, &self.gateway.metrics);
+        // The merge replaces the discovered backends of the config in force, keeping the file's.
+        let config = self.discovery.merge((*current.config).clone(), &self.gateway.metrics);
         let (next, diff) = current.next(config);
         if diff.is_empty() {
             return; // e.g. the new members' ids are all taken by the file's backends

@@ -84,10 +84,10 @@ impl Server {
     /// See [`run`].
     pub async fn serve(self, listeners: Listeners, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let gateway = self.control.gateway().clone();
-        let http = http_builder(&gateway.snapshot().config);
         let discovery = tokio::spawn(crate::discovery::run(self.control.clone()));
         crate::discovery::first_round(&self.control).await;
         let config = gateway.snapshot().config.clone();
+        let http = http_builder(&config);
         let stop = CancellationToken::new();
         let connections = TaskTracker::new();
         for listener in listeners.http {
