@@ -212,6 +212,7 @@ mod tests {
             id: "b".into(),
             addr_text: "127.0.0.1:1".into(),
             addr: "127.0.0.1:1".parse().unwrap(),
+            source: Default::default(),
         })
     }
 

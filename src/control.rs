@@ -1,14 +1,16 @@
-//! Changes of the running state: config reloads (file watch, SIGHUP, admin API), drains, and the
-//! maintenance tick that expires idle rooms, closes rooms at a drain deadline and lets drained
-//! backends go. Every snapshot change goes through here, one at a time.
+//! Changes of the running state: config reloads (file watch, SIGHUP, admin API), backend sets
+//! discovered in DNS, drains, and the maintenance tick that expires idle rooms, closes rooms at a
+//! drain deadline and lets drained backends go. Every snapshot change goes through here, one at a
+//! time.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::backends::{Backend, Drain};
-use crate::config::{Config, ConfigError};
+use crate::config::{BackendSpec, Config, ConfigError, Discovery};
 use crate::directory::unix_ms;
+use crate::discovery::{Failure, Registry};
 use crate::proxy::Gateway;
 use crate::snapshot::Diff;
 
@@ -31,6 +33,8 @@ pub struct Control {
     local_drain_changes: Mutex<HashMap<Arc<str>, Instant>>,
     /// Completed syncs with a shared directory, for whoever waits on one.
     syncs: tokio::sync::watch::Sender<u64>,
+    /// The backend sets discovered in DNS, merged into every snapshot.
+    discovery: Registry,
 }
 
 /// The outcome of the last reload, for the admin API.
@@ -67,6 +71,7 @@ impl Control {
             split_now: Mutex::new(HashSet::new()),
             local_drain_changes: Mutex::new(HashMap::new()),
             syncs: tokio::sync::watch::Sender::new(0),
+            discovery: Registry::default(),
         });
         // The config the process started with counts as the first successful load.
         control.record(true, None);
@@ -86,6 +91,11 @@ impl Control {
         let epoch = next.epoch;
         self.gateway.publish(next);
         self.epoch.send_replace(epoch);
+    }
+
+    /// The backend sets discovered in DNS (`[[discovery]]`).
+    pub fn discovery(&self) -> &Registry {
+        &self.discovery
     }
 
     pub fn last_reload(&self) -> Option<ReloadStatus> {
@@ -113,10 +123,12 @@ impl Control {
         }
     }
 
-    /// Publishes the snapshot for an already validated `config`.
+    /// Publishes the snapshot for an already validated `config`, with the backends discovered in
+    /// DNS for its `[[discovery]]` entries.
     pub async fn apply(&self, config: Config) -> Diff {
         let _one_at_a_time = self.publish.lock().await;
         let current = self.gateway.snapshot();
+        let config = self.discovery.merge(config, &self.gateway.metrics);
         let (next, diff) = current.next(config);
         let epoch = next.epoch;
         self.publish(next);
@@ -135,6 +147,41 @@ impl Control {
             "config reloaded"
         );
         diff
+    }
+
+    /// Records a resolution of `entry`; when its backend set changed, publishes the snapshot with
+    /// the new set (the file's backends unchanged). Added backends get new rooms; vanished ones
+    /// drain like backends removed from the file.
+    pub async fn discovered(&self, entry: &Discovery, outcome: Result<Vec<BackendSpec>, Failure>) {
+        self.publish_discovered(entry, outcome).await;
+        self.discovery.done(entry);
+    }
+
+    async fn publish_discovered(&self, entry: &Discovery, outcome: Result<Vec<BackendSpec>, Failure>) {
+        let _one_at_a_time = self.publish.lock().await;
+        let current = self.gateway.snapshot();
+        if !current.config.discovery.contains(entry) {
+            return; // a reload removed or changed the entry while it was being resolved
+        }
+        if !self.discovery.record(entry, outcome, &self.gateway.metrics) {
+            return;
+        }
+        // The merge replaces the discovered backends of the config in force, keeping the file's.
+        let config = self.discovery.merge((*current.config).clone(), &self.gateway.metrics);
+        let (next, diff) = current.next(config);
+        if diff.is_empty() {
+            return; // e.g. the new members' ids are all taken by the file's backends
+        }
+        let epoch = next.epoch;
+        self.publish(next);
+        tracing::info!(
+            epoch,
+            srv = %entry.srv,
+            added = ?diff.added,
+            removed = ?diff.removed,
+            changed = ?diff.changed,
+            "discovered backends changed"
+        );
     }
 
     fn record(&self, ok: bool, error: Option<String>) {

@@ -12,6 +12,7 @@
 //! - [`snapshot`]: the immutable view (config, backends, placement) a request works from.
 //! - [`relay`]: WebSocket tunnels after the upgrade, frame-boundary aware.
 //! - [`config`], [`backends`], [`error`]: the config file, backends, and error-to-response mapping.
+//! - [`discovery`]: backend sets read from DNS SRV records, merged with the file's.
 //! - [`demo`]: the built-in demo backends of `roomgate demo`.
 //!
 //! The entry point is [`run`]: bound listeners, a validated config and a shutdown future in; it
@@ -25,6 +26,7 @@ pub mod config;
 pub mod control;
 pub mod demo;
 pub mod directory;
+pub mod discovery;
 pub mod djust;
 pub mod error;
 pub mod health;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -38,6 +39,17 @@ struct OutcomeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DiscoveryLabels {
+    srv: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SrvLabel {
+    srv: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TransitionLabels {
     backend: Arc<str>,
     to: &'static str,
@@ -50,6 +62,8 @@ pub struct Metrics {
     reloads: Family<ResultLabel, Counter>,
     health: Family<TransitionLabels, Counter>,
     djust: Family<OutcomeLabel, Counter>,
+    discovery_resolutions: Family<DiscoveryLabels, Counter>,
+    discovered: Family<SrvLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -86,7 +100,38 @@ impl Metrics {
              backend_refused, navigated (closed on live navigation out of the room)",
             djust.clone(),
         );
-        Metrics { registry, requests, upstream_seconds, reloads, health, djust }
+        let discovery_resolutions = Family::<DiscoveryLabels, Counter>::default();
+        registry.register(
+            "discovery_resolutions",
+            "DNS SRV resolutions of [[discovery]] entries by outcome: ok, empty (NXDOMAIN or no records), \
+             timeout, error, invalid (two targets with one id, a target without an address)",
+            discovery_resolutions.clone(),
+        );
+        let discovered = Family::<SrvLabel, Gauge>::default();
+        registry.register(
+            "discovered_backends",
+            "Backends in the last good set of a [[discovery]] entry",
+            discovered.clone(),
+        );
+        Metrics { registry, requests, upstream_seconds, reloads, health, djust, discovery_resolutions, discovered }
+    }
+
+    /// Counts one resolution of a `[[discovery]]` entry.
+    pub fn discovery_resolution(&self, srv: &str, outcome: &'static str) {
+        self.discovery_resolutions.get_or_create(&DiscoveryLabels { srv: srv.to_owned(), outcome }).inc();
+    }
+
+    /// The size of a `[[discovery]]` entry's last good set.
+    pub fn discovered_backends(&self, srv: &str, n: usize) {
+        self.discovered.get_or_create(&SrvLabel { srv: srv.to_owned() }).set(n as i64);
+    }
+
+    /// A `[[discovery]]` entry left the config: its series go.
+    pub fn forget_discovery(&self, srv: &str) {
+        self.discovered.remove(&SrvLabel { srv: srv.to_owned() });
+        for outcome in ["ok", "empty", "timeout", "error", "invalid"] {
+            self.discovery_resolutions.remove(&DiscoveryLabels { srv: srv.to_owned(), outcome });
+        }
     }
 
     /// Counts a djust socket's outcome (see the metric's help text).

@@ -84,6 +84,8 @@ impl Server {
     /// See [`run`].
     pub async fn serve(self, listeners: Listeners, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let gateway = self.control.gateway().clone();
+        let discovery = tokio::spawn(crate::discovery::run(self.control.clone()));
+        crate::discovery::first_round(&self.control).await;
         let config = gateway.snapshot().config.clone();
         let http = http_builder(&config);
         let stop = CancellationToken::new();
@@ -102,6 +104,7 @@ impl Server {
             tokio::spawn(self.control.clone().watch()),
             tokio::spawn(crate::health::run_checks(gateway.clone())),
             tokio::spawn(self.control.clone().sync_directory()),
+            discovery,
         ];
         shutdown.await;
         for task in &background {

@@ -54,16 +54,13 @@ impl Snapshot {
         let mut backends = Vec::with_capacity(config.backends.len());
         for spec in &config.backends {
             let backend = match self.by_id.get(spec.id.as_str()) {
-                Some(old) if old.addr == spec.addr => {
-                    if old.drain().is_some_and(|d| d.removed) {
-                        // Back in the config: it is a backend again, no longer leaving.
-                        diff.added.push(spec.id.clone());
-                        let fresh = Arc::new(Backend::new(spec));
-                        backends.push(fresh);
-                        continue;
-                    }
-                    old.clone()
+                Some(old) if old.drain().is_some_and(|d| d.removed) => {
+                    // Back in the config, at its old address or a new one (a pod that left DNS
+                    // while it restarted): it is a backend again, no longer leaving.
+                    diff.added.push(spec.id.clone());
+                    Arc::new(Backend::new(spec))
                 }
+                Some(old) if old.addr == spec.addr => old.clone(),
                 Some(old) => {
                     diff.changed.push(format!("{}: {} -> {}", spec.id, old.addr, spec.addr));
                     Arc::new(old.moved(spec))
@@ -238,6 +235,18 @@ mod tests {
         let s3 = s2.without_retired(&["c".into()]);
         assert!(s3.backend("c").is_none());
         assert_eq!(s3.epoch, 3);
+    }
+
+    #[test]
+    fn a_removed_backend_back_at_a_new_address_is_active_again() {
+        let s1 = Snapshot::build(config(&[("a", 1), ("b", 2)]), 1);
+        let (s2, _) = s1.next(config(&[("a", 1)]));
+        assert!(s2.backend("b").unwrap().drain().unwrap().removed);
+        let (s3, diff) = s2.next(config(&[("a", 1), ("b", 20)]));
+        assert_eq!(diff.added, ["b"]);
+        let b = s3.backend("b").unwrap();
+        assert_eq!((b.addr.port(), b.is_draining()), (20, false), "not stuck leaving");
+        assert!(s3.retiring.is_empty());
     }
 
     #[test]

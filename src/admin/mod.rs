@@ -161,6 +161,7 @@ fn status(control: &Control) -> Value {
         "split_rooms": control.gateway().splits.load(std::sync::atomic::Ordering::Relaxed),
         "last_reload": control.last_reload(),
         "directory": control.gateway().directory.status(),
+        "discovery": control.discovery().status(&snap.config.discovery),
     })
 }
 

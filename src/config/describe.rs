@@ -26,6 +26,16 @@ impl Config {
             let resolved = if b.addr_text == b.addr.to_string() { String::new() } else { format!(" -> {}", b.addr) };
             let _ = writeln!(out, "  {:<20} {}{}", b.id, b.addr_text, resolved);
         }
+        for d in &self.discovery {
+            let resolver = d.resolver.map_or_else(|| "the system resolver".to_owned(), |r| r.to_string());
+            let _ = writeln!(
+                out,
+                "  + from DNS: SRV {} every {} via {resolver} (timeout {})",
+                d.srv,
+                HumanDuration(d.interval),
+                HumanDuration(d.timeout)
+            );
+        }
         let _ = writeln!(out, "\nroutes (first matching prefix wins):");
         for (i, r) in self.routes.iter().enumerate() {
             match r.mode {

@@ -45,6 +45,8 @@ pub struct File {
     #[serde(default)]
     pub backends: Vec<Spanned<BackendEntry>>,
     #[serde(default)]
+    pub discovery: Vec<Spanned<DiscoverySection>>,
+    #[serde(default)]
     pub routes: Vec<Spanned<RouteEntry>>,
 }
 
@@ -148,6 +150,27 @@ pub struct ReloadSection {
 pub struct BackendEntry {
     pub id: Spanned<String>,
     pub addr: Spanned<String>,
+}
+
+/// `[[discovery]]`: a backend set read from DNS SRV records.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoverySection {
+    pub srv: Spanned<String>,
+    #[serde(default = "discovery_interval")]
+    pub interval: Spanned<HumanDuration>,
+    /// `ip:port`; unset: the system resolver.
+    pub resolver: Option<Spanned<String>>,
+    #[serde(default = "discovery_timeout")]
+    pub timeout: Spanned<HumanDuration>,
+}
+
+fn discovery_interval() -> Spanned<HumanDuration> {
+    Spanned::new(0..0, secs(5))
+}
+
+fn discovery_timeout() -> Spanned<HumanDuration> {
+    Spanned::new(0..0, secs(2))
 }
 
 #[derive(Deserialize)]

@@ -2,6 +2,7 @@
 //! the key that is wrong; nothing is bound or started from a config that did not validate.
 
 mod describe;
+mod discovery;
 mod duration;
 mod file;
 mod secret;
@@ -34,7 +35,10 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub upstream: Upstream,
     pub placement: PlacementConfig,
+    /// The file's `[[backends]]`, then (in a running snapshot) the backends discovered in DNS.
     pub backends: Vec<BackendSpec>,
+    /// `[[discovery]]`: backend sets read from DNS SRV records.
+    pub discovery: Vec<Discovery>,
     pub routes: Vec<Route>,
     pub log: Log,
     pub shutdown: Shutdown,
@@ -155,10 +159,33 @@ pub struct Shutdown {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BackendSpec {
     pub id: String,
-    /// As written: `host:port`.
+    /// As written: `host:port` (discovered: the SRV target and port).
     pub addr_text: String,
-    /// Resolved when the config was loaded.
+    /// Resolved when the config was loaded (discovered: when the SRV name was resolved).
     pub addr: SocketAddr,
+    pub source: BackendSource,
+}
+
+/// Where a backend came from: a reload replaces the file's, a resolution one SRV name's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum BackendSource {
+    /// A `[[backends]]` entry.
+    #[default]
+    File,
+    /// A `[[discovery]]` entry: the SRV name it was read from.
+    Dns(std::sync::Arc<str>),
+}
+
+/// A `[[discovery]]` entry: a backend set read from the SRV records of `srv`, every `interval`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Discovery {
+    /// The SRV name, as written (a trailing dot makes it absolute: no search domains).
+    pub srv: String,
+    pub interval: Duration,
+    /// `None`: the system resolver (`/etc/resolv.conf`).
+    pub resolver: Option<SocketAddr>,
+    /// Longest wait for one resolution (the SRV query and the targets' addresses).
+    pub timeout: Duration,
 }
 
 /// A route: the first one whose prefix starts the request path handles the request.
@@ -268,6 +295,8 @@ impl Validator<'_> {
             return Err(self.err(&f.reload.interval, "reload.interval must be more than 0".into()));
         }
         let directory = self.directory(&f.directory)?;
+        let discovery = self.discovery(&f.discovery)?;
+        let backends = self.backends(f.backends, !discovery.is_empty())?;
         Ok(Config {
             directory,
             origin: origin.to_owned(),
@@ -289,7 +318,8 @@ impl Validator<'_> {
                 idle_timeout: f.upstream.idle_timeout.0,
             },
             placement: PlacementConfig { algorithm: f.placement.algorithm, vnodes },
-            backends: self.backends(f.backends)?,
+            backends,
+            discovery,
             routes: self.routes(f.routes)?,
             log: Log { format: f.log.format, level, access: f.log.access },
             shutdown: Shutdown { grace: f.shutdown.grace.0 },
@@ -430,9 +460,16 @@ impl Validator<'_> {
         })
     }
 
-    fn backends(&self, entries: Vec<Spanned<file::BackendEntry>>) -> Result<Vec<BackendSpec>, ConfigError> {
-        if entries.is_empty() {
-            return Err((self.at)(0..0, "no backends: add at least one [[backends]] with an id and an addr".into()));
+    fn backends(
+        &self,
+        entries: Vec<Spanned<file::BackendEntry>>,
+        discovery: bool,
+    ) -> Result<Vec<BackendSpec>, ConfigError> {
+        if entries.is_empty() && !discovery {
+            return Err((self.at)(
+                0..0,
+                "no backends: add at least one [[backends]] with an id and an addr, or a [[discovery]]".into(),
+            ));
         }
         let mut out: Vec<BackendSpec> = Vec::with_capacity(entries.len());
         for (i, entry) in entries.iter().enumerate() {
@@ -448,7 +485,12 @@ impl Validator<'_> {
             }
             let addr =
                 resolve(e.addr.get_ref()).map_err(|why| self.err(&e.addr, format!("backends[{i}].addr: {why}")))?;
-            out.push(BackendSpec { id: id.clone(), addr_text: e.addr.get_ref().clone(), addr });
+            out.push(BackendSpec {
+                id: id.clone(),
+                addr_text: e.addr.get_ref().clone(),
+                addr,
+                source: BackendSource::File,
+            });
         }
         Ok(out)
     }

@@ -207,3 +207,41 @@ fn admin_token_from_a_file() {
     assert_eq!(e.line, Some(3), "{e}");
     assert!(e.message.contains("both set"), "{e}");
 }
+
+const SHARED_ROUTE: &str = "[[routes]]\nprefix = \"/\"\nmode = \"shared\"\n";
+
+#[test]
+fn discovery_alone_is_a_valid_backend_source() {
+    let text = format!(
+        "[[discovery]]\nsrv = \"_http._tcp.game.default.svc.cluster.local\"\nresolver = \"10.96.0.10:53\"\n{SHARED_ROUTE}"
+    );
+    let c = Config::from_toml(&text, "t").unwrap();
+    assert!(c.backends.is_empty());
+    assert_eq!(c.discovery.len(), 1);
+    let d = &c.discovery[0];
+    assert_eq!(d.srv, "_http._tcp.game.default.svc.cluster.local");
+    assert_eq!(d.interval, Duration::from_secs(5), "default interval");
+    assert_eq!(d.timeout, Duration::from_secs(2), "default timeout");
+    assert_eq!(d.resolver, Some("10.96.0.10:53".parse().unwrap()));
+    let c = Config::from_toml(&format!("[[discovery]]\nsrv = \"_a._tcp.svc.\"\n{SHARED_ROUTE}"), "t").unwrap();
+    assert_eq!(c.discovery[0].resolver, None, "the system resolver");
+    assert!(Config::embedded().unwrap().discovery.is_empty(), "the embedded default discovers nothing");
+}
+
+#[test]
+fn discovery_errors_name_their_line() {
+    let cases: &[(&str, usize, &str)] = &[
+        ("[[discovery]]\nsrv = \"bad name!\"\n", 2, "not a DNS name"),
+        ("[[discovery]]\nsrv = \"a..b\"\n", 2, "not a DNS name"),
+        ("[[discovery]]\nsrv = \"_a._tcp.x\"\ninterval = \"50ms\"\n", 3, "at least 100ms"),
+        ("[[discovery]]\nsrv = \"_a._tcp.x\"\nresolver = \"10.0.0.1\"\n", 3, "expected ip:port"),
+        ("[[discovery]]\nsrv = \"_a._tcp.x\"\ntimeout = \"0s\"\n", 3, "timeout"),
+        ("[[discovery]]\nsrv = \"_a._tcp.x\"\nport = 1\n", 3, "unknown field"),
+        ("[[discovery]]\nsrv = \"_a._tcp.x\"\n[[discovery]]\nsrv = \"_A._tcp.x.\"\n", 4, "already discovery[0]"),
+    ];
+    for (section, line, needle) in cases {
+        let e = err(&format!("{section}{SHARED_ROUTE}"));
+        assert!(e.message.contains(needle), "{section}: {e}");
+        assert_eq!(e.line, Some(*line), "{section}: {e}");
+    }
+}

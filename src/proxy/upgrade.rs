@@ -160,6 +160,7 @@ mod tests {
             id: "b".into(),
             addr_text: "127.0.0.1:1".into(),
             addr: "127.0.0.1:1".parse().unwrap(),
+            source: Default::default(),
         };
         let backend = Arc::new(crate::backends::Backend::new(&spec));
         let tunnels = Arc::new(crate::relay::Tunnels::default());
