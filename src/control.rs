@@ -47,6 +47,15 @@ pub struct ReloadStatus {
     pub epoch: u64,
 }
 
+/// What an undrain did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Undrained {
+    /// The backend takes new rooms again (here, and in the fleet through a shared directory).
+    Active,
+    /// The backend is not in this replica's set; only its drain in the shared directory ended.
+    SharedOnly,
+}
+
 /// Why an operator's request could not be carried out.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -226,15 +235,28 @@ impl Control {
         Ok(drain)
     }
 
-    pub fn undrain(&self, id: &str) -> Result<(), ControlError> {
+    pub fn undrain(&self, id: &str) -> Result<Undrained, ControlError> {
         let snap = self.gateway.snapshot();
-        let backend = snap.backend(id).ok_or_else(|| ControlError::UnknownBackend(id.into()))?;
+        let Some(backend) = snap.backend(id) else {
+            // A backend that has left the set (a pod scaled away or not yet back) may still be
+            // drained in the fleet's shared directory; a backend coming back under this id would
+            // be drained by that record until someone ended it. Ending it needs no backend here.
+            if matches!(snap.config.directory, crate::config::Directory::Redis { .. }) {
+                tracing::info!(
+                    backend = id,
+                    "not in this replica's backend set; its drain in the shared directory ends"
+                );
+                self.share_drain(&Arc::from(id), None);
+                return Ok(Undrained::SharedOnly);
+            }
+            return Err(ControlError::UnknownBackend(id.into()));
+        };
         if !backend.set_active() {
             return Err(ControlError::Removed(id.into()));
         }
         tracing::info!(backend = id, "drain ended; the backend takes new rooms again");
         self.share_drain(&backend.id, None);
-        Ok(())
+        Ok(Undrained::Active)
     }
 
     /// Tells the other replicas (through a shared directory) about a drain or its end.

@@ -255,6 +255,53 @@ async fn a_drain_through_one_replica_holds_on_all() {
     assert_eq!(backend_state(&b, "b1").await.0, "active");
 }
 
+/// A pod drained and then scaled away leaves its drain in the fleet's directory; `undrain` of an
+/// id this replica no longer knows ends that record, so the pod comes back taking rooms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undrain_of_a_departed_backend_ends_its_shared_drain() {
+    let redis = Redis::start().await;
+    let backends = backends(3).await;
+    let list = backend_list(&backends);
+    let a = Proxy::start(&replica_config(&list, &redis, "A", "")).await;
+    syncs(&a, 1).await;
+    let (status, body) = admin_post(&a, "/admin/backends/b1/drain", r#"{"deadline": "1h"}"#).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    syncs(&a, 1).await;
+
+    // b1 leaves the config; holding nothing, it is dropped at once.
+    let without: Vec<_> = list.iter().copied().filter(|(id, _)| *id != "b1").collect();
+    a.write_config(&replica_config(&without, &redis, "A", ""));
+    a.wait_epoch(2).await;
+    let gone = tokio::time::timeout(LIMIT, async {
+        loop {
+            let status = admin_get(&a, "/admin/status").await;
+            if !status["backends"].as_array().unwrap().iter().any(|b| b["id"] == "b1") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(gone.is_ok(), "b1 was not dropped");
+
+    let (status, body) = admin_post(&a, "/admin/backends/b1/undrain", "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["shared_drain"], "ended", "{body}");
+
+    // b1 comes back: after two syncs with the fleet it still takes new rooms.
+    let epoch = *a.control.epochs().borrow();
+    a.write_config(&replica_config(&list, &redis, "A", ""));
+    a.wait_epoch(epoch + 1).await;
+    syncs(&a, 2).await;
+    assert_eq!(backend_state(&a, "b1").await.0, "active");
+    let mut reached_b1 = false;
+    for i in 0..60 {
+        reached_b1 |= page(&a, &format!("back{i}")).await == "b1";
+    }
+    assert!(reached_b1, "no new room reached b1 after it came back");
+    a.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_outage_loses_nothing_and_the_directory_is_rebuilt() {
     let mut redis = Redis::start().await;

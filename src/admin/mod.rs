@@ -22,7 +22,7 @@ mod client;
 pub use client::{AdminTarget, DrainOptions, drain_command, undrain_command};
 
 use crate::config::parse_duration;
-use crate::control::{Control, ControlError};
+use crate::control::{Control, ControlError, Undrained};
 
 const MAX_BODY: usize = 4096;
 const MAX_PAGE: usize = 1000;
@@ -83,9 +83,13 @@ async fn handle(control: &Control, req: Request<Incoming>) -> Response<Full<Byte
             let body = read_body(req).await;
             drain(control, id, body)
         }
-        (&Method::POST, ["admin", "backends", id, "undrain"]) => {
-            control.undrain(id).map(|()| json!({"backend": id, "state": "active"})).map_err(|e| error_for(&e))
-        }
+        (&Method::POST, ["admin", "backends", id, "undrain"]) => control
+            .undrain(id)
+            .map(|done| match done {
+                Undrained::Active => json!({"backend": id, "state": "active"}),
+                Undrained::SharedOnly => json!({"backend": id, "state": "unknown here", "shared_drain": "ended"}),
+            })
+            .map_err(|e| error_for(&e)),
         (&Method::POST, ["admin", "reload"]) => match control.reload().await {
             Ok(diff) => Ok(json!({
                 "ok": true,

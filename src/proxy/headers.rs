@@ -199,7 +199,8 @@ mod tests {
 
     #[test]
     fn connection_tokens_name_headers_in_any_case_and_keep_others() {
-        let mut h = map(&[("connection", "Keep-Alive"), ("connection", "close, X-Hop"), ("x-hop", "1"), ("x-room", "7")]);
+        let mut h =
+            map(&[("connection", "Keep-Alive"), ("connection", "close, X-Hop"), ("x-hop", "1"), ("x-room", "7")]);
         remove_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1, "{h:?}");
         let mut plain = map(&[("x-room", "7"), ("host", "a")]);
