@@ -11,12 +11,15 @@ use crate::config::{Config, ConfigError};
 use crate::directory::unix_ms;
 use crate::proxy::Gateway;
 use crate::snapshot::Diff;
+use crate::tls::Tls;
 
 /// How often idle rooms are expired and drains are advanced.
 const TICK: Duration = Duration::from_millis(250);
 
 pub struct Control {
     gateway: Arc<Gateway>,
+    /// TLS certificates, reloaded with the config and when their files change.
+    tls: Option<Arc<Tls>>,
     /// Serialises snapshot changes: each is built from the one in force.
     publish: tokio::sync::Mutex<()>,
     last_reload: Mutex<Option<ReloadStatus>>,
@@ -57,9 +60,10 @@ pub enum ControlError {
 }
 
 impl Control {
-    pub fn new(gateway: Arc<Gateway>) -> Arc<Control> {
+    pub fn new(gateway: Arc<Gateway>, tls: Option<Arc<Tls>>) -> Arc<Control> {
         let control = Arc::new(Control {
             gateway,
+            tls,
             publish: tokio::sync::Mutex::new(()),
             last_reload: Mutex::new(None),
             closed_drains: Mutex::new(HashSet::new()),
@@ -75,6 +79,11 @@ impl Control {
 
     pub fn gateway(&self) -> &Arc<Gateway> {
         &self.gateway
+    }
+
+    /// The TLS state, when roomgate was started with `[tls]`.
+    pub fn tls(&self) -> Option<&Arc<Tls>> {
+        self.tls.as_ref()
     }
 
     /// Follows the epoch of the snapshot in force.
@@ -122,6 +131,7 @@ impl Control {
         self.publish(next);
         self.gateway.metrics.reload(true);
         self.record(true, None);
+        self.refresh_tls().await;
         if !diff.needs_restart.is_empty() {
             tracing::warn!(settings = ?diff.needs_restart, "changed settings take effect after a restart only");
         }
@@ -143,12 +153,19 @@ impl Control {
         *lock(&self.last_reload) = Some(ReloadStatus { ok, error, at, epoch });
     }
 
-    /// Reloads whenever the config file's content changes (checked every `[reload] interval`).
-    /// Content, not modification time: editors that replace the file and Kubernetes ConfigMap
-    /// symlink swaps are seen alike.
+    /// Reloads whenever the config file's content changes, and reloads TLS certificates whose
+    /// files changed (both checked every `[reload] interval`). Content, not modification time:
+    /// editors that replace the file and Kubernetes ConfigMap and Secret symlink swaps are seen
+    /// alike.
     pub async fn watch(self: Arc<Self>) {
-        let Some(path) = self.gateway.snapshot().config.path.clone() else { return };
-        let mut seen = tokio::fs::read(&path).await.ok();
+        let path = self.gateway.snapshot().config.path.clone();
+        if path.is_none() && self.tls.is_none() {
+            return;
+        }
+        let mut seen = match &path {
+            Some(path) => tokio::fs::read(path).await.ok(),
+            None => None,
+        };
         loop {
             let snap = self.gateway.snapshot();
             if !snap.config.reload.watch {
@@ -156,12 +173,31 @@ impl Control {
                 continue;
             }
             tokio::time::sleep(snap.config.reload.interval).await;
-            let now = tokio::fs::read(&path).await.ok();
-            if now.is_some() && now != seen {
-                seen = now;
-                tracing::info!(path = %path.display(), "config file changed");
-                let _ = self.reload().await; // logged and recorded by `reload`
+            if let Some(path) = &path {
+                let now = tokio::fs::read(path).await.ok();
+                if now.is_some() && now != seen {
+                    seen = now;
+                    tracing::info!(path = %path.display(), "config file changed");
+                    let _ = self.reload().await; // logged and recorded by `reload`
+                }
             }
+            self.refresh_tls().await;
+        }
+    }
+
+    /// Loads the TLS certificates whose files changed (see [`Tls::refresh`]) and counts the
+    /// outcome. With `[tls]` gone from the config, the certificates in force stay (the TLS
+    /// listeners stay until a restart).
+    async fn refresh_tls(&self) {
+        let Some(tls) = self.tls.clone() else { return };
+        let Some(files) = self.gateway.snapshot().config.tls.as_ref().map(|t| t.certs.clone()) else { return };
+        match tokio::task::spawn_blocking(move || tls.refresh(&files)).await {
+            Ok(refresh) => {
+                let metrics = &self.gateway.metrics;
+                (0..refresh.loaded).for_each(|_| metrics.tls_cert_reload(true));
+                refresh.failed.iter().for_each(|_| metrics.tls_cert_reload(false));
+            }
+            Err(e) => tracing::error!(error = %e, "certificate reload task failed"),
         }
     }
 

@@ -35,6 +35,7 @@ pub mod relay;
 pub mod room_key;
 pub mod server;
 pub mod snapshot;
+pub mod tls;
 
 pub use config::Config;
 pub use server::{Listeners, Server, run};

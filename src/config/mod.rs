@@ -4,6 +4,7 @@
 mod describe;
 mod duration;
 mod file;
+mod tls;
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -15,6 +16,7 @@ use toml::Spanned;
 
 pub use duration::{HumanDuration, OptionalDuration, parse_duration};
 pub use file::{LogFormat, OnMissing, RouteMode};
+pub use tls::{CertFiles, Tls};
 
 use crate::placement::Algorithm;
 use crate::room_key::{KeySource, SourceKind};
@@ -42,6 +44,8 @@ pub struct Config {
     pub admin: Admin,
     pub reload: Reload,
     pub directory: Directory,
+    /// TLS termination; `None`: plain HTTP only.
+    pub tls: Option<Tls>,
     /// The file it was read from, for reloads; `None` for the embedded default.
     pub path: Option<std::path::PathBuf>,
 }
@@ -200,6 +204,9 @@ impl Config {
             message: format!("cannot read the file: {e}"),
         })?;
         let mut config = Config::from_toml(&text, &origin)?;
+        if let Some(tls) = &mut config.tls {
+            tls.anchor(path);
+        }
         config.path = Some(path.to_owned());
         Ok(config)
     }
@@ -266,8 +273,10 @@ impl Validator<'_> {
             return Err(self.err(&f.reload.interval, "reload.interval must be more than 0".into()));
         }
         let directory = self.directory(&f.directory)?;
+        let tls = self.tls(f.tls, &f.server.listen.0)?;
         Ok(Config {
             directory,
+            tls,
             origin: origin.to_owned(),
             path: None,
             rooms: Rooms { linger: f.rooms.linger.0 },
