@@ -34,6 +34,8 @@ pub struct Control {
     local_drain_changes: Mutex<HashMap<Arc<str>, Instant>>,
     /// Completed syncs with a shared directory, for whoever waits on one.
     syncs: tokio::sync::watch::Sender<u64>,
+    /// Completed looks at the TLS certificate files, for whoever waits on one.
+    tls_checks: tokio::sync::watch::Sender<u64>,
 }
 
 /// The outcome of the last reload, for the admin API.
@@ -71,6 +73,7 @@ impl Control {
             split_now: Mutex::new(HashSet::new()),
             local_drain_changes: Mutex::new(HashMap::new()),
             syncs: tokio::sync::watch::Sender::new(0),
+            tls_checks: tokio::sync::watch::Sender::new(0),
         });
         // The config the process started with counts as the first successful load.
         control.record(true, None);
@@ -199,6 +202,12 @@ impl Control {
             }
             Err(e) => tracing::error!(error = %e, "certificate reload task failed"),
         }
+        self.tls_checks.send_modify(|n| *n += 1);
+    }
+
+    /// Completed looks at the TLS certificate files (each reload, each watch tick).
+    pub fn tls_checks(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.tls_checks.subscribe()
     }
 
     // === drain ===

@@ -4,6 +4,8 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod tls;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
