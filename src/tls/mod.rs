@@ -272,3 +272,55 @@ fn unix_now() -> u64 {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A self-signed certificate for `names` written as `<stem>.pem` and `<stem>.key`.
+    fn write(dir: &std::path::Path, stem: &str, names: &[&str]) -> (CertFiles, Vec<u8>) {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let c = rcgen::generate_simple_self_signed(names).unwrap();
+        let files = CertFiles { cert: dir.join(format!("{stem}.pem")), key: dir.join(format!("{stem}.key")) };
+        std::fs::write(&files.cert, c.cert.pem()).unwrap();
+        std::fs::write(&files.key, c.signing_key.serialize_pem()).unwrap();
+        (files, c.cert.der().to_vec())
+    }
+
+    fn served(tls: &Tls, sni: &str) -> Option<Vec<u8>> {
+        tls.resolver.names.load().find(Some(sni)).map(|k| k.cert[0].to_vec())
+    }
+
+    #[test]
+    fn refresh_loads_changed_files_only_and_keeps_what_serves_when_they_break() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, a_der) = write(dir.path(), "a", &["a.test"]);
+        let (b, b_der) = write(dir.path(), "b", &["b.test"]);
+        let tls = Tls::load(&[a.clone(), b.clone()]).unwrap();
+        assert_eq!(served(&tls, "b.test"), Some(b_der.clone()));
+        assert_eq!(served(&tls, "other.test"), Some(a_der.clone()), "the first is the default");
+        let again = tls.refresh(&[a.clone(), b.clone()]);
+        assert_eq!((again.loaded, again.failed.len()), (0, 0), "unchanged files are not loaded again");
+
+        std::fs::write(&b.key, "not a key").unwrap();
+        let broken = tls.refresh(&[a.clone(), b.clone()]);
+        assert!(matches!(broken.failed[..], [CertError::NoKey { .. }]), "{broken:?}");
+        assert_eq!(served(&tls, "b.test"), Some(b_der), "the certificate in force stays");
+        let status = tls.status();
+        assert!(status[1].serving && status[1].last_error.as_deref().unwrap().contains("no private key"));
+
+        // Dropped from the config: its names go to the default.
+        tls.refresh(std::slice::from_ref(&a));
+        assert_eq!(served(&tls, "b.test"), Some(a_der));
+        assert_eq!(tls.status().len(), 1);
+    }
+
+    #[test]
+    fn at_start_every_certificate_must_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, _) = write(dir.path(), "a", &["a.test"]);
+        let missing = CertFiles { cert: dir.path().join("nope.pem"), key: a.key.clone() };
+        let e = Tls::load(&[a, missing]).err().unwrap();
+        assert!(e.to_string().contains("cannot read") && e.to_string().contains("nope.pem"), "{e}");
+    }
+}
