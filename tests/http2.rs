@@ -179,3 +179,92 @@ async fn shutdown_closes_h2_connections_with_goaway() {
         assert!(ended.is_ok(), "closed gracefully: {ended:?}");
     }
 }
+
+/// Measuring tool, not a test: HTTP/2 requests per second on one TLS connection (32 streams in
+/// flight) against the release binary on one core, and HTTP/1.1 over 32 TLS keep-alive
+/// connections for comparison. The backend runs in the client's process.
+/// `taskset -c 1 cargo test --release --test http2 -- --ignored --nocapture h2_request_rate`
+#[tokio::test]
+#[ignore]
+async fn h2_request_rate() {
+    use std::time::Duration;
+    let ca = Ca::new();
+    let dir = tempfile::tempdir().unwrap();
+    let files = [ca.leaf(&["a.test"]).write(dir.path(), "a")];
+    let backend = TestBackend::start("b0").await;
+    let body = format!("[[backends]]\nid = \"b0\"\naddr = \"{}\"\n{ROUTES}", backend.addr);
+    let server = common::pinned::Pinned::start(&body, &files).await;
+    let h2_client = measuring_client_config(&TLS13, true);
+    let mut h2_client_alpn = (*h2_client).clone();
+    h2_client_alpn.alpn_protocols = vec![b"h2".to_vec()];
+    let tls = connect(server.tls, "a.test", std::sync::Arc::new(h2_client_alpn)).await;
+    let (h2, _conn) = h2_over(tls).await;
+    let op = move |_| {
+        let mut h2 = h2.clone();
+        async move {
+            let req = Request::get("https://a.test/room/r1/").body(Full::default()).unwrap();
+            match tokio::time::timeout(LIMIT, h2.send_request(req)).await {
+                Ok(Ok(resp)) => resp.status() == StatusCode::OK && resp.into_body().collect().await.is_ok(),
+                _ => false,
+            }
+        }
+    };
+    common::pinned::measure("warm-up", &server, 8, Duration::from_millis(300), op.clone()).await;
+    common::pinned::measure("HTTP/2, 1 connection, 32 streams", &server, 32, Duration::from_secs(3), op).await;
+
+    let mut senders = Vec::new();
+    for _ in 0..32 {
+        let tls = connect(server.tls, "a.test", measuring_client_config(&TLS13, true)).await;
+        let (sender, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(tls)).await.unwrap();
+        tokio::spawn(conn);
+        senders.push(sender);
+    }
+    let pool = std::sync::Arc::new(tokio::sync::Mutex::new(senders));
+    let op = move |_| {
+        let pool = pool.clone();
+        async move {
+            let Some(mut sender) = pool.lock().await.pop() else { return false };
+            let req = Request::get("/room/r1/").header("host", "a.test").body(Full::default()).unwrap();
+            let ok = match tokio::time::timeout(LIMIT, sender.send_request(req)).await {
+                Ok(Ok(resp)) => resp.status() == StatusCode::OK && resp.into_body().collect().await.is_ok(),
+                _ => false,
+            };
+            pool.lock().await.push(sender);
+            ok
+        }
+    };
+    common::pinned::measure("HTTP/1.1, 32 keep-alive connections", &server, 32, Duration::from_secs(3), op).await;
+}
+
+/// Measuring tool, not a test: plain HTTP/1.1, one request per new connection, against the
+/// release binary on one core: the cost of looking for the h2c preface on every plain connection
+/// shows here if anywhere.
+/// `taskset -c 1 cargo test --release --test http2 -- --ignored --nocapture plain_connection_rate`
+#[tokio::test]
+#[ignore]
+async fn plain_connection_rate() {
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ca = Ca::new();
+    let dir = tempfile::tempdir().unwrap();
+    let files = [ca.leaf(&["a.test"]).write(dir.path(), "a")];
+    let backend = TestBackend::start("b0").await;
+    let body = format!("[[backends]]\nid = \"b0\"\naddr = \"{}\"\n{ROUTES}", backend.addr);
+    let server = common::pinned::Pinned::start(&body, &files).await;
+    let addr = server.http;
+    let op = move |_| async move {
+        let Ok(mut tcp) = TcpStream::connect(addr).await else { return false };
+        let req = b"GET /room/r1/ HTTP/1.1\r\nhost: a.test\r\nconnection: close\r\n\r\n";
+        if tcp.write_all(req).await.is_err() {
+            return false;
+        }
+        let mut resp = Vec::new();
+        let read = tokio::time::timeout(LIMIT, tcp.read_to_end(&mut resp)).await;
+        read.is_ok() && resp.starts_with(b"HTTP/1.1 200")
+    };
+    common::pinned::measure("warm-up", &server, 4, Duration::from_millis(300), op).await;
+    for round in 0..3 {
+        let label = format!("HTTP/1.1, a new plain connection per request, round {round}");
+        common::pinned::measure(&label, &server, 16, Duration::from_secs(3), op).await;
+    }
+}

@@ -381,3 +381,52 @@ async fn a_certificate_that_does_not_load_is_a_config_error_at_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("broken.pem: malformed PEM"), "{stderr}");
 }
+
+/// Measuring tool, not a test: TLS handshakes per second against the release binary on one
+/// core, full and resumed, TLS 1.3 and 1.2, ECDSA P-256 certificate. Each client task connects,
+/// handshakes, closes and reads to the end (which also reads TLS 1.3's tickets). The client side
+/// does as much crypto as the server, so the figure to keep is per second of server CPU.
+/// `taskset -c 1 cargo test --release --test tls -- --ignored --nocapture handshake_rate`
+#[tokio::test]
+#[ignore]
+async fn handshake_rate() {
+    let ca = Ca::new();
+    let dir = tempfile::tempdir().unwrap();
+    let files = [ca.leaf(&["a.test"]).write(dir.path(), "a")];
+    let body = format!("[[backends]]\nid = \"b0\"\naddr = \"127.0.0.1:1\"\n{ROUTES}");
+    let server = common::pinned::Pinned::start(&body, &files).await;
+    for (version, name) in [(&TLS13, "TLS 1.3"), (&TLS12, "TLS 1.2")] {
+        for resume in [false, true] {
+            // One client config per task: each keeps its own session tickets.
+            let clients: Vec<_> = (0..16).map(|_| measuring_client_config(version, resume)).collect();
+            let addr = server.tls;
+            let op = move |task: usize| {
+                let client = clients[task].clone();
+                async move {
+                    let Ok(Ok(mut tls)) = tokio::time::timeout(LIMIT, try_connect_quiet(addr, client)).await else {
+                        return false;
+                    };
+                    let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+                    let _ = tls.shutdown().await;
+                    let mut sink = Vec::new();
+                    let _ = tokio::time::timeout(LIMIT, tls.read_to_end(&mut sink)).await;
+                    resumed == resume
+                }
+            };
+            let label = format!("{name} {} handshakes", if resume { "resumed" } else { "full" });
+            // Warm up (and fill the client's ticket store), then measure.
+            common::pinned::measure("warm-up", &server, 4, std::time::Duration::from_millis(300), op.clone()).await;
+            common::pinned::measure(&label, &server, 16, std::time::Duration::from_secs(3), op).await;
+        }
+    }
+}
+
+/// A TLS connection for the measuring tool, errors returned instead of panicking.
+async fn try_connect_quiet(
+    addr: std::net::SocketAddr,
+    client: std::sync::Arc<rustls::ClientConfig>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    let name = rustls::pki_types::ServerName::try_from("a.test").unwrap();
+    tokio_rustls::TlsConnector::from(client).connect(name, tcp).await
+}

@@ -4,6 +4,7 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod pinned;
 pub mod tls;
 
 use std::convert::Infallible;

@@ -112,6 +112,21 @@ pub fn trusting_client_config(sni: bool) -> Arc<ClientConfig> {
     Arc::new(config)
 }
 
+/// A client config for the measuring tools: any certificate (its handshake signature still
+/// checked), one TLS version, session resumption on or off.
+pub fn measuring_client_config(version: &'static SupportedProtocolVersion, resume: bool) -> Arc<ClientConfig> {
+    let mut config = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider())))
+        .with_no_client_auth();
+    if !resume {
+        config.resumption = rustls::client::Resumption::disabled();
+    }
+    Arc::new(config)
+}
+
 /// Connects to `addr` with TLS, naming `sni`.
 pub async fn connect(addr: SocketAddr, sni: &str, config: Arc<ClientConfig>) -> TlsStream<TcpStream> {
     try_connect(addr, sni, config).await.unwrap()
