@@ -107,7 +107,8 @@ impl Control {
     // === reload ===
 
     /// Re-reads the config file and, if it is valid, publishes the snapshot built from it. An
-    /// invalid file is logged and reported; the config in force stays.
+    /// invalid file is logged and reported; the config in force stays. Either way, TLS
+    /// certificates whose files changed are loaded.
     pub async fn reload(&self) -> Result<Diff, ControlError> {
         let path = self.gateway.snapshot().config.path.clone().ok_or(ControlError::NoFile)?;
         // Reading the file and resolving backend names block: off the runtime's threads.
@@ -120,12 +121,15 @@ impl Control {
                 tracing::error!(error = %e, "config reload failed; keeping the config in force");
                 self.gateway.metrics.reload(false);
                 self.record(false, Some(e.to_string()));
+                // A reload also asks for rotated certificates: those of the config in force.
+                self.refresh_tls().await;
                 Err(e.into())
             }
         }
     }
 
-    /// Publishes the snapshot for an already validated `config`.
+    /// Publishes the snapshot for an already validated `config`, then loads the TLS certificates
+    /// it lists whose files are new or changed.
     pub async fn apply(&self, config: Config) -> Diff {
         let _one_at_a_time = self.publish.lock().await;
         let current = self.gateway.snapshot();
