@@ -430,3 +430,44 @@ async fn try_connect_quiet(
     let name = rustls::pki_types::ServerName::try_from("a.test").unwrap();
     tokio_rustls::TlsConnector::from(client).connect(name, tcp).await
 }
+
+/// Measuring tool, not a test: memory of idle WebSockets in roomgate, `wss://` against `ws://`
+/// (the release binary; 1000 sockets each; RSS read once it has settled).
+/// `taskset -c 1 cargo test --release --test tls -- --ignored --nocapture idle_wss_memory`
+#[tokio::test]
+#[ignore]
+async fn idle_wss_memory() {
+    const SOCKETS: usize = 1000;
+    let ca = Ca::new();
+    let dir = tempfile::tempdir().unwrap();
+    let files = [ca.leaf(&["a.test"]).write(dir.path(), "a")];
+    let backend = TestBackend::start("b0").await;
+    let body = format!("[[backends]]\nid = \"b0\"\naddr = \"{}\"\n{ROUTES}", backend.addr);
+    let server = common::pinned::Pinned::start(&body, &files).await;
+    let client = measuring_client_config(&TLS13, false);
+    // jemalloc hands freed pages back after 200ms: wait well past it before each reading.
+    let settled = || tokio::time::sleep(std::time::Duration::from_secs(1));
+    settled().await;
+    let base = server.rss_kib();
+    let mut plain = Vec::new();
+    for i in 0..SOCKETS {
+        let mut ws = ws_connect(&format!("ws://{}/ws/live/?room=p{i}", server.http), &[]).await;
+        echoes(&mut ws, "x").await;
+        plain.push(ws);
+    }
+    settled().await;
+    let with_plain = server.rss_kib();
+    let mut tls = Vec::new();
+    for i in 0..SOCKETS {
+        let mut ws = wss_connect(server.tls, "a.test", &format!("/ws/live/?room=t{i}"), &[], client.clone()).await;
+        echoes(&mut ws, "x").await;
+        tls.push(ws);
+    }
+    settled().await;
+    let with_tls = server.rss_kib();
+    println!(
+        "idle sockets: ws:// {:.1} KiB each, wss:// {:.1} KiB each (RSS {base} -> {with_plain} -> {with_tls} KiB)",
+        (with_plain - base) as f64 / SOCKETS as f64,
+        (with_tls - with_plain) as f64 / SOCKETS as f64,
+    );
+}

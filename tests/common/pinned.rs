@@ -70,6 +70,15 @@ impl Pinned {
     }
 }
 
+impl Pinned {
+    /// Resident memory of the process, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+}
+
 impl Drop for Pinned {
     fn drop(&mut self) {
         let _ = self.child.kill();
