@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
-use rustls_pki_types::pem::{self, PemObject};
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use x509_parser::extensions::GeneralName;
 
 use crate::config::CertFiles;
