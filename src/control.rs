@@ -13,12 +13,15 @@ use crate::directory::unix_ms;
 use crate::discovery::{Failure, Registry};
 use crate::proxy::Gateway;
 use crate::snapshot::Diff;
+use crate::tls::Tls;
 
 /// How often idle rooms are expired and drains are advanced.
 const TICK: Duration = Duration::from_millis(250);
 
 pub struct Control {
     gateway: Arc<Gateway>,
+    /// TLS certificates, reloaded with the config and when their files change.
+    tls: Option<Arc<Tls>>,
     /// Serialises snapshot changes: each is built from the one in force.
     publish: tokio::sync::Mutex<()>,
     last_reload: Mutex<Option<ReloadStatus>>,
@@ -35,6 +38,8 @@ pub struct Control {
     syncs: tokio::sync::watch::Sender<u64>,
     /// The backend sets discovered in DNS, merged into every snapshot.
     discovery: Registry,
+    /// Completed looks at the TLS certificate files, for whoever waits on one.
+    tls_checks: tokio::sync::watch::Sender<u64>,
 }
 
 /// The outcome of the last reload, for the admin API.
@@ -70,9 +75,10 @@ pub enum ControlError {
 }
 
 impl Control {
-    pub fn new(gateway: Arc<Gateway>) -> Arc<Control> {
+    pub fn new(gateway: Arc<Gateway>, tls: Option<Arc<Tls>>) -> Arc<Control> {
         let control = Arc::new(Control {
             gateway,
+            tls,
             publish: tokio::sync::Mutex::new(()),
             last_reload: Mutex::new(None),
             closed_drains: Mutex::new(HashSet::new()),
@@ -81,6 +87,7 @@ impl Control {
             local_drain_changes: Mutex::new(HashMap::new()),
             syncs: tokio::sync::watch::Sender::new(0),
             discovery: Registry::default(),
+            tls_checks: tokio::sync::watch::Sender::new(0),
         });
         // The config the process started with counts as the first successful load.
         control.record(true, None);
@@ -89,6 +96,11 @@ impl Control {
 
     pub fn gateway(&self) -> &Arc<Gateway> {
         &self.gateway
+    }
+
+    /// The TLS state, when roomgate was started with `[tls]`.
+    pub fn tls(&self) -> Option<&Arc<Tls>> {
+        self.tls.as_ref()
     }
 
     /// Follows the epoch of the snapshot in force.
@@ -114,7 +126,8 @@ impl Control {
     // === reload ===
 
     /// Re-reads the config file and, if it is valid, publishes the snapshot built from it. An
-    /// invalid file is logged and reported; the config in force stays.
+    /// invalid file is logged and reported; the config in force stays. Either way, TLS
+    /// certificates whose files changed are loaded.
     pub async fn reload(&self) -> Result<Diff, ControlError> {
         let path = self.gateway.snapshot().config.path.clone().ok_or(ControlError::NoFile)?;
         // Reading the file and resolving backend names block: off the runtime's threads.
@@ -127,13 +140,16 @@ impl Control {
                 tracing::error!(error = %e, "config reload failed; keeping the config in force");
                 self.gateway.metrics.reload(false);
                 self.record(false, Some(e.to_string()));
+                // A reload also asks for rotated certificates: those of the config in force.
+                self.refresh_tls().await;
                 Err(e.into())
             }
         }
     }
 
     /// Publishes the snapshot for an already validated `config`, with the backends discovered in
-    /// DNS for its `[[discovery]]` entries.
+    /// DNS for its `[[discovery]]` entries, then loads the TLS certificates it lists whose files
+    /// are new or changed.
     pub async fn apply(&self, config: Config) -> Diff {
         let _one_at_a_time = self.publish.lock().await;
         let current = self.gateway.snapshot();
@@ -143,6 +159,7 @@ impl Control {
         self.publish(next);
         self.gateway.metrics.reload(true);
         self.record(true, None);
+        self.refresh_tls().await;
         if !diff.needs_restart.is_empty() {
             tracing::warn!(settings = ?diff.needs_restart, "changed settings take effect after a restart only");
         }
@@ -199,12 +216,19 @@ impl Control {
         *lock(&self.last_reload) = Some(ReloadStatus { ok, error, at, epoch });
     }
 
-    /// Reloads whenever the config file's content changes (checked every `[reload] interval`).
-    /// Content, not modification time: editors that replace the file and Kubernetes ConfigMap
-    /// symlink swaps are seen alike.
+    /// Reloads whenever the config file's content changes, and reloads TLS certificates whose
+    /// files changed (both checked every `[reload] interval`). Content, not modification time:
+    /// editors that replace the file and Kubernetes ConfigMap and Secret symlink swaps are seen
+    /// alike.
     pub async fn watch(self: Arc<Self>) {
-        let Some(path) = self.gateway.snapshot().config.path.clone() else { return };
-        let mut seen = tokio::fs::read(&path).await.ok();
+        let path = self.gateway.snapshot().config.path.clone();
+        if path.is_none() && self.tls.is_none() {
+            return;
+        }
+        let mut seen = match &path {
+            Some(path) => tokio::fs::read(path).await.ok(),
+            None => None,
+        };
         loop {
             let snap = self.gateway.snapshot();
             if !snap.config.reload.watch {
@@ -212,13 +236,38 @@ impl Control {
                 continue;
             }
             tokio::time::sleep(snap.config.reload.interval).await;
-            let now = tokio::fs::read(&path).await.ok();
-            if now.is_some() && now != seen {
-                seen = now;
-                tracing::info!(path = %path.display(), "config file changed");
-                let _ = self.reload().await; // logged and recorded by `reload`
+            if let Some(path) = &path {
+                let now = tokio::fs::read(path).await.ok();
+                if now.is_some() && now != seen {
+                    seen = now;
+                    tracing::info!(path = %path.display(), "config file changed");
+                    let _ = self.reload().await; // logged and recorded by `reload`
+                }
             }
+            self.refresh_tls().await;
         }
+    }
+
+    /// Loads the TLS certificates whose files changed (see [`Tls::refresh`]) and counts the
+    /// outcome. With `[tls]` gone from the config, the certificates in force stay (the TLS
+    /// listeners stay until a restart).
+    async fn refresh_tls(&self) {
+        let Some(tls) = self.tls.clone() else { return };
+        let Some(files) = self.gateway.snapshot().config.tls.as_ref().map(|t| t.certs.clone()) else { return };
+        match tokio::task::spawn_blocking(move || tls.refresh(&files)).await {
+            Ok(refresh) => {
+                let metrics = &self.gateway.metrics;
+                (0..refresh.loaded).for_each(|_| metrics.tls_cert_reload(true));
+                refresh.failed.iter().for_each(|_| metrics.tls_cert_reload(false));
+            }
+            Err(e) => tracing::error!(error = %e, "certificate reload task failed"),
+        }
+        self.tls_checks.send_modify(|n| *n += 1);
+    }
+
+    /// Completed looks at the TLS certificate files (each reload, each watch tick).
+    pub fn tls_checks(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.tls_checks.subscribe()
     }
 
     // === drain ===

@@ -2,7 +2,8 @@
 //! backend process, the same one from every roomgate replica.
 //!
 //! Layout, in the order a request meets it:
-//! - [`server`]: accepts connections on the listeners it is given and serves HTTP/1.1 on them.
+//! - [`server`]: accepts connections on the listeners it is given and serves HTTP/1.1 and HTTP/2
+//!   on them, through TLS on the TLS listeners ([`tls`]: certificates by SNI, reloaded in place).
 //! - [`proxy`]: the request path (route, room key, placement, forward or upgrade).
 //! - [`room_key`]: where a request carries its room, and what a valid key is (pure).
 //! - [`djust`]: djust's protocol as roomgate speaks it, for sockets routed by their mount frame (pure).
@@ -37,6 +38,7 @@ pub mod relay;
 pub mod room_key;
 pub mod server;
 pub mod snapshot;
+pub mod tls;
 
 pub use config::Config;
 pub use server::{Listeners, Server, run};

@@ -19,6 +19,7 @@ use roomgate::admin::{AdminTarget, DrainOptions, drain_command, undrain_command}
 use roomgate::config::{Config, LogFormat, parse_duration, read_token_file};
 use roomgate::control::Control;
 use roomgate::demo::DemoBackend;
+use roomgate::tls::Tls;
 use roomgate::{Listeners, Server};
 use tokio::net::{TcpListener, TcpSocket};
 
@@ -128,9 +129,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let (config_path, workers, demo) = match cli.command {
         Command::Check { config } => {
-            return match load(config.as_ref()) {
-                Ok(c) => {
+            let loaded = load(config.as_ref()).and_then(|c| Ok((load_tls(&c)?, c)));
+            return match loaded {
+                Ok((tls, c)) => {
                     print!("{}", c.describe());
+                    if let Some(tls) = tls {
+                        print_certificates(&tls);
+                    }
                     ExitCode::SUCCESS
                 }
                 Err(code) => code,
@@ -162,8 +167,12 @@ fn main() -> ExitCode {
     if let Some(w) = workers {
         config.server.workers = w;
     }
+    let tls = match load_tls(&config) {
+        Ok(tls) => tls,
+        Err(code) => return code,
+    };
     init_tracing(&config);
-    match serve(config, demo) {
+    match serve(config, tls, demo) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -192,6 +201,23 @@ fn load(path: Option<&PathBuf>) -> Result<Config, ExitCode> {
     })
 }
 
+/// Loads the TLS certificates of `config`: one that does not load is a config error.
+fn load_tls(config: &Config) -> Result<Option<Arc<Tls>>, ExitCode> {
+    let Some(tls) = &config.tls else { return Ok(None) };
+    Tls::load(&tls.certs).map(Some).map_err(|e| {
+        eprintln!("roomgate: invalid config: {}: tls: {e}", config.origin);
+        ExitCode::from(EXIT_CONFIG)
+    })
+}
+
+fn print_certificates(tls: &Tls) {
+    println!("\ntls certificates (the first is the default):");
+    for c in tls.status() {
+        let expiry = c.not_after.as_deref().unwrap_or("?");
+        println!("  {}: {} (expires {expiry})", c.cert, c.names.join(", "));
+    }
+}
+
 fn init_tracing(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
@@ -203,7 +229,7 @@ fn init_tracing(config: &Config) {
     }
 }
 
-fn serve(config: Config, demo: bool) -> anyhow::Result<()> {
+fn serve(config: Config, tls_state: Option<Arc<Tls>>, demo: bool) -> anyhow::Result<()> {
     let runtime = match config.server.workers {
         1 => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
         0 => tokio::runtime::Builder::new_multi_thread().enable_all().build()?,
@@ -217,6 +243,10 @@ fn serve(config: Config, demo: bool) -> anyhow::Result<()> {
         for addr in &config.server.listen {
             http.push(bind(*addr).with_context(|| format!("cannot listen on {addr}"))?);
         }
+        let mut tls = Vec::new();
+        for addr in config.tls.iter().flat_map(|t| &t.listen) {
+            tls.push(bind(*addr).with_context(|| format!("cannot listen on {addr} (TLS)"))?);
+        }
         let admin_addr = config.admin.listen;
         let admin = Some(bind(admin_addr).with_context(|| format!("cannot listen on {admin_addr} (admin API)"))?);
         if demo {
@@ -225,9 +255,9 @@ fn serve(config: Config, demo: bool) -> anyhow::Result<()> {
                 "roomgate demo: open http://{addr}/ (admin API on http://{admin_addr}/admin/status; Ctrl-C stops)"
             );
         }
-        let server = Server::new(config);
+        let server = Server::with_tls(config, tls_state);
         tokio::spawn(reload_on_sighup(server.control()));
-        server.serve(Listeners { http, admin }, shutdown_signal()).await
+        server.serve(Listeners { http, tls, admin }, shutdown_signal()).await
     })
 }
 

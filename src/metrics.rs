@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 use crate::backends::Transition;
 use crate::directory::RoomDirectory;
 use crate::snapshot::Snapshot;
+use crate::tls::Tls;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -64,6 +65,8 @@ pub struct Metrics {
     djust: Family<OutcomeLabel, Counter>,
     discovery_resolutions: Family<DiscoveryLabels, Counter>,
     discovered: Family<SrvLabel, Gauge>,
+    tls_handshakes: Family<ResultLabel, Counter>,
+    tls_cert_reloads: Family<OutcomeLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -113,7 +116,30 @@ impl Metrics {
             "Backends in the last good set of a [[discovery]] entry",
             discovered.clone(),
         );
-        Metrics { registry, requests, upstream_seconds, reloads, health, djust, discovery_resolutions, discovered }
+        let tls_handshakes = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "tls_handshakes",
+            "TLS handshakes by result: full, resumed, failed, timeout",
+            tls_handshakes.clone(),
+        );
+        let tls_cert_reloads = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "tls_cert_reloads",
+            "TLS certificates reloaded after their files changed, by outcome: ok, failed (the one in force stays)",
+            tls_cert_reloads.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            upstream_seconds,
+            reloads,
+            health,
+            djust,
+            discovery_resolutions,
+            discovered,
+            tls_handshakes,
+            tls_cert_reloads,
+        }
     }
 
     /// Counts one resolution of a `[[discovery]]` entry.
@@ -144,6 +170,15 @@ impl Metrics {
         self.djust.get_or_create(&OutcomeLabel { outcome }).clone()
     }
 
+    /// Counts a TLS handshake: `full`, `resumed`, `failed` or `timeout`.
+    pub fn tls_handshake(&self, result: &'static str) {
+        self.tls_handshakes.get_or_create(&ResultLabel { result }).inc();
+    }
+
+    pub fn tls_cert_reload(&self, ok: bool) {
+        self.tls_cert_reloads.get_or_create(&OutcomeLabel { outcome: if ok { "ok" } else { "failed" } }).inc();
+    }
+
     pub fn request(&self, labels: &RequestLabels) {
         self.requests.get_or_create(labels).inc();
     }
@@ -165,7 +200,7 @@ impl Metrics {
     }
 
     /// The text exposition: registered metrics, then gauges read from the live state.
-    pub fn render(&self, snap: &Snapshot, directory: &dyn RoomDirectory, splits: u64) -> String {
+    pub fn render(&self, snap: &Snapshot, directory: &dyn RoomDirectory, splits: u64, tls: Option<&Tls>) -> String {
         let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode_registry(&mut out, &self.registry);
         let passive = snap.passive_only();
@@ -202,6 +237,17 @@ impl Metrics {
             snap.epoch
         );
         directory.render_metrics(&mut out);
+        if let Some(tls) = tls {
+            let _ = writeln!(
+                out,
+                "# HELP roomgate_tls_cert_not_after_seconds Expiry of each TLS certificate in force (Unix time)\n# TYPE roomgate_tls_cert_not_after_seconds gauge"
+            );
+            for c in tls.status() {
+                if let Some(t) = c.not_after_unix {
+                    let _ = writeln!(out, "roomgate_tls_cert_not_after_seconds{{cert=\"{}\"}} {t}", escape(&c.cert));
+                }
+            }
+        }
         out.push_str("# EOF\n");
         out
     }

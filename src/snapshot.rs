@@ -179,6 +179,10 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.directory != new.directory {
         out.push("directory.*");
     }
+    // Certificates reload in place; the listeners (and TLS being on at all) need a restart.
+    if old.tls.as_ref().map(|t| &t.listen) != new.tls.as_ref().map(|t| &t.listen) {
+        out.push("tls.listen");
+    }
     out
 }
 

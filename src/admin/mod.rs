@@ -67,8 +67,8 @@ async fn handle(control: &Control, req: Request<Incoming>) -> Response<Full<Byte
         (&Method::GET, ["metrics"]) => {
             let snap = control.gateway().snapshot();
             let g = control.gateway();
-            let body =
-                g.metrics.render(&snap, g.directory.as_ref(), g.splits.load(std::sync::atomic::Ordering::Relaxed));
+            let splits = g.splits.load(std::sync::atomic::Ordering::Relaxed);
+            let body = g.metrics.render(&snap, g.directory.as_ref(), splits, control.tls().map(|t| &**t));
             let mut r = Response::new(Full::new(Bytes::from(body)));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -166,6 +166,10 @@ fn status(control: &Control) -> Value {
         "last_reload": control.last_reload(),
         "directory": control.gateway().directory.status(),
         "discovery": control.discovery().status(&snap.config.discovery),
+        "tls": control.tls().map(|t| json!({
+            "listen": snap.config.tls.as_ref().map(|c| &c.listen),
+            "certs": t.status(),
+        })),
     })
 }
 

@@ -12,6 +12,14 @@ impl Config {
         let listen: Vec<String> = self.server.listen.iter().map(|a| a.to_string()).collect();
         let _ = writeln!(out, "config: {} (valid)", self.origin);
         let _ = writeln!(out, "listen: {}", listen.join(", "));
+        if let Some(tls) = &self.tls {
+            let listen: Vec<String> = tls.listen.iter().map(|a| a.to_string()).collect();
+            let _ = writeln!(out, "tls listen: {} (HTTP/2 and HTTP/1.1)", listen.join(", "));
+            for (i, c) in tls.certs.iter().enumerate() {
+                let default = if i == 0 { " (default)" } else { "" };
+                let _ = writeln!(out, "  certificate {}, key {}{default}", c.cert.display(), c.key.display());
+            }
+        }
         let _ = writeln!(
             out,
             "placement: {}{}",

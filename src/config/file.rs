@@ -42,6 +42,9 @@ pub struct File {
     pub reload: ReloadSection,
     #[serde(default)]
     pub directory: DirectorySection,
+    /// No `[tls]` section: no TLS listener.
+    #[serde(default)]
+    pub tls: Option<Spanned<TlsSection>>,
     #[serde(default)]
     pub backends: Vec<Spanned<BackendEntry>>,
     #[serde(default)]
@@ -147,6 +150,23 @@ pub struct ReloadSection {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    #[serde(default = "default_tls_listen")]
+    pub listen: OneOrMany<SocketAddr>,
+    #[serde(default)]
+    pub certs: Vec<Spanned<CertEntry>>,
+}
+
+/// One `[[tls.certs]]` entry: a PEM chain and its key.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertEntry {
+    pub cert: Spanned<String>,
+    pub key: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BackendEntry {
     pub id: Spanned<String>,
     pub addr: Spanned<String>,
@@ -243,6 +263,10 @@ impl Default for LimitsSection {
             max_first_message: Spanned::new(0..0, 64 * 1024),
         }
     }
+}
+
+fn default_tls_listen() -> OneOrMany<SocketAddr> {
+    OneOrMany(vec![SocketAddr::from(([127, 0, 0, 1], 8443))])
 }
 
 fn secs(n: u64) -> HumanDuration {

@@ -6,6 +6,7 @@ mod discovery;
 mod duration;
 mod file;
 mod secret;
+mod tls;
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -18,6 +19,7 @@ use toml::Spanned;
 pub use duration::{HumanDuration, OptionalDuration, parse_duration};
 pub use file::{LogFormat, OnMissing, RouteMode};
 pub use secret::{MIN_TOKEN_LEN, read_token_file};
+pub use tls::{CertFiles, Tls};
 
 use crate::placement::Algorithm;
 use crate::room_key::{KeySource, SourceKind};
@@ -48,6 +50,8 @@ pub struct Config {
     pub admin: Admin,
     pub reload: Reload,
     pub directory: Directory,
+    /// TLS termination; `None`: plain HTTP only.
+    pub tls: Option<Tls>,
     /// The file it was read from, for reloads; `None` for the embedded default.
     pub path: Option<std::path::PathBuf>,
 }
@@ -229,6 +233,9 @@ impl Config {
             message: format!("cannot read the file: {e}"),
         })?;
         let mut config = Config::from_toml(&text, &origin)?;
+        if let Some(tls) = &mut config.tls {
+            tls.anchor(path);
+        }
         config.path = Some(path.to_owned());
         Ok(config)
     }
@@ -297,8 +304,10 @@ impl Validator<'_> {
         let directory = self.directory(&f.directory)?;
         let discovery = self.discovery(&f.discovery)?;
         let backends = self.backends(f.backends, !discovery.is_empty())?;
+        let tls = self.tls(f.tls, &f.server.listen.0)?;
         Ok(Config {
             directory,
+            tls,
             origin: origin.to_owned(),
             path: None,
             rooms: Rooms { linger: f.rooms.linger.0 },

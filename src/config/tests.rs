@@ -245,3 +245,46 @@ fn discovery_errors_name_their_line() {
         assert_eq!(e.line, Some(*line), "{section}: {e}");
     }
 }
+
+#[test]
+fn tls_section_takes_listeners_and_certificates_in_order() {
+    let text = format!(
+        "[tls]\nlisten = [\"0.0.0.0:8443\", \"[::]:8443\"]\n[[tls.certs]]\ncert = \"a.pem\"\nkey = \"a.key\"\n\
+         [[tls.certs]]\ncert = \"/etc/tls/b.pem\"\nkey = \"/etc/tls/b.key\"\n{MINIMAL}"
+    );
+    let c = Config::from_toml(&text, "t").unwrap();
+    let tls = c.tls.unwrap();
+    assert_eq!(tls.listen, vec!["0.0.0.0:8443".parse().unwrap(), "[::]:8443".parse().unwrap()]);
+    assert_eq!(tls.certs[0], CertFiles { cert: "a.pem".into(), key: "a.key".into() });
+    assert_eq!(tls.certs[1].cert, std::path::PathBuf::from("/etc/tls/b.pem"));
+    assert!(Config::from_toml(MINIMAL, "t").unwrap().tls.is_none(), "no [tls]: no TLS");
+    assert!(Config::embedded().unwrap().tls.is_none(), "the embedded default serves no TLS");
+}
+
+#[test]
+fn tls_relative_files_are_relative_to_the_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("roomgate.toml");
+    let text = format!("[tls]\n[[tls.certs]]\ncert = \"tls/a.pem\"\nkey = \"/abs/a.key\"\n{MINIMAL}");
+    std::fs::write(&path, text).unwrap();
+    let tls = Config::load(&path).unwrap().tls.unwrap();
+    assert_eq!(tls.listen, vec!["127.0.0.1:8443".parse().unwrap()], "default listener");
+    assert_eq!(tls.certs[0].cert, dir.path().join("tls/a.pem"));
+    assert_eq!(tls.certs[0].key, std::path::PathBuf::from("/abs/a.key"));
+}
+
+#[test]
+fn tls_mistakes_are_config_errors() {
+    let cases: &[(&str, &str)] = &[
+        ("[tls]\nlisten = \"127.0.0.1:8443\"\n", "no certificate"),
+        ("[tls]\nlisten = []\n[[tls.certs]]\ncert = \"a\"\nkey = \"b\"\n", "at least one address"),
+        ("[tls]\nlisten = \"127.0.0.1:8080\"\n[[tls.certs]]\ncert = \"a\"\nkey = \"b\"\n", "also in server.listen"),
+        ("[tls]\n[[tls.certs]]\ncert = \"a\"\nkey = \"\"\n", "tls.certs[0].key"),
+        ("[tls]\n[[tls.certs]]\ncert = \"a\"\n", "missing field `key`"),
+        ("[tls]\ncert = \"a\"\n", "unknown field `cert`"),
+    ];
+    for (section, expected) in cases {
+        let e = err(&format!("{section}{MINIMAL}"));
+        assert!(e.message.contains(expected), "{section:?}: {e}");
+    }
+}

@@ -158,6 +158,25 @@ fn address_text(ip: IpAddr, buf: &mut [u8; 45]) -> &str {
     }
 }
 
+/// What an HTTP/1.1 backend needs from an HTTP/2 request: a `Host` header (HTTP/2 carries the
+/// host in `:authority`, which hyper leaves in the URI) and one `Cookie` header (HTTP/2 may
+/// split cookies over several fields; RFC 9113 section 8.2.3 joins them with "; ").
+pub fn from_http2(headers: &mut HeaderMap, uri: &Uri) {
+    if !headers.contains_key(header::HOST)
+        && let Some(authority) = uri.authority()
+        && let Ok(host) = HeaderValue::from_str(authority.as_str())
+    {
+        headers.insert(header::HOST, host);
+    }
+    let mut cookies = headers.get_all(header::COOKIE).iter();
+    if let (Some(_), Some(_)) = (cookies.next(), cookies.next()) {
+        let joined: Vec<&[u8]> = headers.get_all(header::COOKIE).iter().map(HeaderValue::as_bytes).collect();
+        if let Ok(one) = HeaderValue::from_bytes(&joined.join(&b"; "[..])) {
+            headers.insert(header::COOKIE, one);
+        }
+    }
+}
+
 /// Size of the request head as the client sent it (request line and header lines), give or take
 /// the exact whitespace.
 pub fn request_head_size(method: &Method, uri: &Uri, headers: &HeaderMap) -> usize {
@@ -253,6 +272,19 @@ mod tests {
         assert_eq!(h["x-forwarded-for"], "1.2.3.4, 5.6.7.8, 10.0.0.2");
         assert_eq!(h["x-forwarded-proto"], "https");
         assert_eq!(h["x-forwarded-host"], "in.test");
+    }
+
+    #[test]
+    fn http2_requests_get_a_host_and_one_cookie_header() {
+        let uri: Uri = "https://game.test:8443/room/1/".parse().unwrap();
+        let mut h = map(&[("cookie", "a=1"), ("cookie", "b=2"), ("x-room", "1")]);
+        from_http2(&mut h, &uri);
+        assert_eq!(h["host"], "game.test:8443");
+        assert_eq!(h.get_all("cookie").iter().collect::<Vec<_>>(), ["a=1; b=2"]);
+        let mut h = map(&[("host", "given.test"), ("cookie", "a=1")]);
+        from_http2(&mut h, &uri);
+        assert_eq!(h["host"], "given.test", "a Host the client sent stays");
+        assert_eq!(h["cookie"], "a=1");
     }
 
     #[test]

@@ -48,6 +48,30 @@ pub struct Gateway {
     none: Arc<str>,
 }
 
+/// The client connection a request came on.
+#[derive(Clone, Copy, Debug)]
+pub struct Conn {
+    pub client: SocketAddr,
+    pub scheme: Scheme,
+}
+
+/// How the client reached roomgate: told to backends in `X-Forwarded-Proto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    Http,
+    /// Through a TLS listener (`https://` and `wss://`).
+    Https,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+}
+
 /// Where a request goes.
 struct Target {
     backend: Arc<Backend>,
@@ -86,7 +110,8 @@ impl Gateway {
     }
 
     /// Serves one request. Never fails: errors become responses here, and each is logged once.
-    pub async fn handle(self: &Arc<Self>, req: Request<Incoming>, client: SocketAddr) -> Response<ResponseBody> {
+    pub async fn handle(self: &Arc<Self>, req: Request<Incoming>, conn: Conn) -> Response<ResponseBody> {
+        let client = conn.client;
         let snap = self.snapshot.load_full();
         let mut record = snap.config.log.access.then(|| {
             Box::new(AccessRecord {
@@ -105,7 +130,7 @@ impl Gateway {
         });
         let mut route_label = self.none.clone();
         let mut backend_label = self.none.clone();
-        let resp = match self.proxy(&snap, req, client, &mut record, &mut route_label, &mut backend_label).await {
+        let resp = match self.proxy(&snap, req, conn, &mut record, &mut route_label, &mut backend_label).await {
             Ok(resp) => {
                 if let Some(r) = record.as_mut() {
                     r.status = resp.status().as_u16();
@@ -124,11 +149,12 @@ impl Gateway {
         self: &Arc<Self>,
         snap: &Snapshot,
         mut req: Request<Incoming>,
-        client: SocketAddr,
+        conn: Conn,
         record: &mut Option<Box<AccessRecord>>,
         route_label: &mut Arc<str>,
         backend_label: &mut Arc<str>,
     ) -> Result<Response<ResponseBody>, ProxyError> {
+        let client = conn.client;
         let config = &snap.config;
         check_head(&req, config)?;
         let (route_index, route) = config.route_for(req.uri().path()).ok_or(ClientError::NoRoute)?;
@@ -138,9 +164,7 @@ impl Gateway {
             let regex = route.djust().cloned().ok_or(ClientError::NoRoute)?;
             let client_upgrade = hyper::upgrade::on(&mut req);
             let (mut parts, _body) = req.into_parts();
-            headers::remove_hop_by_hop(&mut parts.headers);
-            let trusted = headers::is_trusted(client.ip(), &config.server.trusted_proxies);
-            headers::set_forwarded(&mut parts.headers, client.ip(), trusted, "http");
+            prepare_forward(&mut parts, conn, config);
             let resp = djust::accept(self, parts, client_upgrade, regex, route.on_missing, client)?;
             return Ok(resp.map(ResponseBody::local));
         };
@@ -155,9 +179,7 @@ impl Gateway {
         }
         let client_upgrade = headers::is_websocket_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
-        headers::remove_hop_by_hop(&mut parts.headers);
-        let trusted = headers::is_trusted(client.ip(), &config.server.trusted_proxies);
-        headers::set_forwarded(&mut parts.headers, client.ip(), trusted, "http");
+        prepare_forward(&mut parts, conn, config);
 
         let started = Instant::now();
         let result = match client_upgrade {
@@ -322,6 +344,17 @@ impl Gateway {
         .await?;
         Ok(resp.map(ResponseBody::upstream))
     }
+}
+
+/// The request head as the backend gets it: hop-by-hop headers out, forwarding headers set,
+/// and an HTTP/2 request turned into what an HTTP/1.1 backend expects.
+fn prepare_forward(parts: &mut Parts, conn: Conn, config: &Config) {
+    headers::remove_hop_by_hop(&mut parts.headers);
+    if parts.version == Version::HTTP_2 {
+        headers::from_http2(&mut parts.headers, &parts.uri);
+    }
+    let trusted = headers::is_trusted(conn.client.ip(), &config.server.trusted_proxies);
+    headers::set_forwarded(&mut parts.headers, conn.client.ip(), trusted, conn.scheme.as_str());
 }
 
 /// Request heads over the configured limits get 431 (hyper itself cuts heads far over it).

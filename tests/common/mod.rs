@@ -4,6 +4,9 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod pinned;
+pub mod tls;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -220,6 +223,8 @@ where
 /// file of its own so that reloads can be tested.
 pub struct Proxy {
     pub addr: SocketAddr,
+    /// The TLS listener, when the config has `[tls]`.
+    pub tls_addr: Option<SocketAddr>,
     pub admin: SocketAddr,
     pub control: Arc<Control>,
     pub config_path: PathBuf,
@@ -241,11 +246,17 @@ impl Proxy {
         let (tx, rx) = oneshot::channel::<()>();
         let server = Server::new(config);
         let control = server.control();
-        let listeners = Listeners { http: vec![listener], admin: Some(admin_listener) };
+        let tls_listener = match control.gateway().snapshot().config.tls {
+            Some(_) => Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
+            None => None,
+        };
+        let tls_addr = tls_listener.as_ref().map(|l| l.local_addr().unwrap());
+        let listeners =
+            Listeners { http: vec![listener], tls: tls_listener.into_iter().collect(), admin: Some(admin_listener) };
         let task = tokio::spawn(server.serve(listeners, async move {
             let _ = rx.await;
         }));
-        Proxy { addr, admin, control, config_path, _dir: dir, shutdown: Some(tx), task }
+        Proxy { addr, tls_addr, admin, control, config_path, _dir: dir, shutdown: Some(tx), task }
     }
 
     /// Replaces the config file (the watcher reloads it).

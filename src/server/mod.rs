@@ -1,15 +1,15 @@
-//! Listeners and connections: accept, serve HTTP/1.1 with upgrades, and shut down gracefully.
+//! Listeners: accept plain and TLS connections, serve them (see [`conn`]), and shut down
+//! gracefully.
 
-use std::convert::Infallible;
+mod conn;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -20,10 +20,15 @@ use crate::control::Control;
 use crate::directory::{MemoryDirectory, RedisDirectory, RedisSettings, RoomDirectory};
 use crate::proxy::Gateway;
 use crate::relay::CLOSE_GOING_AWAY;
+use crate::tls::Tls;
+
+use self::conn::Protocols;
 
 /// The sockets roomgate serves on, bound by the caller (`main`, or a test on port 0).
 pub struct Listeners {
     pub http: Vec<TcpListener>,
+    /// `[tls] listen`: TLS, then HTTP/2 or HTTP/1.1 as ALPN chooses.
+    pub tls: Vec<TcpListener>,
     /// The admin API; `None`: no admin API.
     pub admin: Option<TcpListener>,
 }
@@ -70,10 +75,19 @@ pub struct Server {
 }
 
 impl Server {
+    /// A server for `config`. Its TLS certificates (if any) are loaded here; one that does not
+    /// load is logged and left out until its files are fixed. `main` loads them with
+    /// [`Tls::load`] first, where a bad certificate is a config error, and uses [`Server::with_tls`].
     pub fn new(config: Config) -> Server {
+        let tls = config.tls.as_ref().and_then(|t| Tls::load_lenient(&t.certs));
+        Server::with_tls(config, tls)
+    }
+
+    /// A server for `config` with its TLS state already loaded.
+    pub fn with_tls(config: Config, tls: Option<Arc<Tls>>) -> Server {
         let directory = directory_for(&config);
         let gateway = Gateway::new(config, directory);
-        Server { control: Control::new(gateway) }
+        Server { control: Control::new(gateway, tls) }
     }
 
     /// Reloads, drains and the state behind the admin API.
@@ -87,13 +101,20 @@ impl Server {
         let discovery = tokio::spawn(crate::discovery::run(self.control.clone()));
         crate::discovery::first_round(&self.control).await;
         let config = gateway.snapshot().config.clone();
-        let http = http_builder(&config);
+        let protocols = Arc::new(Protocols::new(&config));
         let stop = CancellationToken::new();
         let connections = TaskTracker::new();
-        for listener in listeners.http {
+        let acceptor = self.control.tls().map(|t| t.acceptor());
+        if acceptor.is_none() && !listeners.tls.is_empty() {
+            tracing::error!("TLS listeners given without TLS certificates; they are not served");
+        }
+        let plain = listeners.http.into_iter().map(|l| (l, None));
+        let tls = listeners.tls.into_iter().filter_map(|l| Some((l, Some(acceptor.clone()?))));
+        for (listener, acceptor) in plain.chain(tls) {
             let addr = listener.local_addr()?;
-            tracing::info!(%addr, "listening");
-            let accept = accept_loop(listener, gateway.clone(), http.clone(), stop.clone(), connections.clone());
+            tracing::info!(%addr, tls = acceptor.is_some(), "listening");
+            let accept =
+                accept_loop(listener, gateway.clone(), protocols.clone(), acceptor, stop.clone(), connections.clone());
             connections.spawn(accept);
         }
         if let Some(admin) = listeners.admin {
@@ -138,30 +159,28 @@ async fn finish(
     Ok(())
 }
 
-fn http_builder(config: &Config) -> http1::Builder {
-    let limits = &config.limits;
-    let mut b = http1::Builder::new();
-    b.timer(TokioTimer::new())
-        .header_read_timeout(config.timeouts.request_head)
-        .keep_alive(true)
-        // roomgate checks the configured limits itself, to answer with a body that says why;
-        // hyper's own limits are a backstop against far larger heads.
-        .max_headers(limits.max_headers.saturating_mul(2).max(100))
-        .max_buf_size(limits.max_request_head.saturating_mul(2).max(16 * 1024) + 16 * 1024);
-    b
-}
-
+/// Accepts connections on one listener and serves each in a task of its own, under the
+/// connection's tracing span. `acceptor`: a TLS listener.
 async fn accept_loop(
     listener: TcpListener,
     gateway: Arc<Gateway>,
-    http: http1::Builder,
+    protocols: Arc<Protocols>,
+    acceptor: Option<TlsAcceptor>,
     stop: CancellationToken,
     connections: TaskTracker,
 ) {
     while let Some((stream, client)) = accept(&listener, &stop).await {
         let span = tracing::info_span!("conn", client.addr = %client, room = tracing::field::Empty, backend = tracing::field::Empty);
-        let conn = serve(stream, client, gateway.clone(), http.clone(), stop.clone());
-        connections.spawn(conn.instrument(span));
+        let (gateway, protocols, stop) = (gateway.clone(), protocols.clone(), stop.clone());
+        match &acceptor {
+            Some(acceptor) => {
+                let conn = conn::serve_tls(stream, client, gateway, protocols, acceptor.clone(), stop);
+                connections.spawn(conn.instrument(span));
+            }
+            None => {
+                connections.spawn(conn::serve_plain(stream, client, gateway, protocols, stop).instrument(span));
+            }
+        }
     }
 }
 
@@ -179,45 +198,5 @@ pub(crate) async fn accept(listener: &TcpListener, stop: &CancellationToken) -> 
             },
             () = stop.cancelled() => return None,
         }
-    }
-}
-
-async fn serve(
-    stream: TcpStream,
-    client: SocketAddr,
-    gateway: Arc<Gateway>,
-    http: http1::Builder,
-    stop: CancellationToken,
-) {
-    let _ = stream.set_nodelay(true);
-    let service = service_fn(move |req| {
-        let gateway = gateway.clone();
-        async move { Ok::<_, Infallible>(gateway.handle(req, client).await) }
-    });
-    let conn = http.serve_connection(TokioIo::new(stream), service).with_upgrades();
-    tokio::pin!(conn);
-    let result = tokio::select! {
-        result = conn.as_mut() => result,
-        () = stop.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-    };
-    if let Err(e) = result {
-        log_connection_error(&e);
-    }
-}
-
-/// Malformed or oversized requests were answered by hyper (400/431); say so once. Peers that
-/// simply went away are routine, logged at debug.
-fn log_connection_error(e: &hyper::Error) {
-    if e.is_parse_too_large() {
-        tracing::info!(status = 431, error = %e, "request head too large; connection closed");
-    } else if e.is_parse() {
-        tracing::info!(status = 400, error = %e, "malformed request; connection closed");
-    } else if e.is_timeout() {
-        tracing::debug!(error = %e, "request head not received in time; connection closed");
-    } else {
-        tracing::debug!(error = %e, "connection ended with an error");
     }
 }

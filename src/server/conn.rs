@@ -1,0 +1,233 @@
+//! One client connection: its protocol (ALPN on a TLS listener; on a plain one, the HTTP/2
+//! prior-knowledge preface or not), then HTTP/1.1 with upgrades or HTTP/2 until the client
+//! leaves, the connection idles out, or shutdown closes it gracefully (HTTP/2: GOAWAY).
+//!
+//! hyper-util's `auto` builder would pick the protocol too, but it waits for the first bytes
+//! with no timeout (a client that connects and sends nothing would be held forever), so the
+//! choice is made here, under `timeouts.request_head`, and hyper's own builders serve.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use hyper::server::conn::{http1, http2};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::proxy::{Conn, Gateway, Scheme};
+
+/// The HTTP/2 connection preface a client with prior knowledge opens with (h2c).
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Most concurrent streams a client may open on one HTTP/2 connection.
+const MAX_STREAMS: u32 = 256;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Proto {
+    Http1,
+    Http2,
+}
+
+/// How connections are served: hyper's builders and the connection timers.
+pub(super) struct Protocols {
+    h1: http1::Builder,
+    h2: http2::Builder<TokioExecutor>,
+    /// For the TLS handshake and the first bytes of a plain connection; an HTTP/2 connection
+    /// with no new request for this long is closed too (like an idle HTTP/1.1 keep-alive one).
+    idle: Duration,
+}
+
+impl Protocols {
+    pub(super) fn new(config: &Config) -> Protocols {
+        let limits = &config.limits;
+        // roomgate checks the configured limits itself, to answer with a body that says why;
+        // hyper's own limits are a backstop against far larger heads.
+        let head_backstop = limits.max_request_head.saturating_mul(2).max(16 * 1024) + 16 * 1024;
+        let mut h1 = http1::Builder::new();
+        h1.timer(TokioTimer::new())
+            .header_read_timeout(config.timeouts.request_head)
+            .keep_alive(true)
+            .max_headers(limits.max_headers.saturating_mul(2).max(100))
+            .max_buf_size(head_backstop);
+        let mut h2 = http2::Builder::new(TokioExecutor::new());
+        h2.timer(TokioTimer::new())
+            .max_concurrent_streams(MAX_STREAMS)
+            .max_header_list_size(u32::try_from(head_backstop).unwrap_or(u32::MAX))
+            // Finds peers that went away without a word (idle connections close sooner anyway
+            // unless timeouts.request_head is long).
+            .keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(10));
+        Protocols { h1, h2, idle: config.timeouts.request_head }
+    }
+}
+
+/// Serves a connection of a plain listener: HTTP/2 if it opens with the h2c preface, else
+/// HTTP/1.1.
+pub(super) async fn serve_plain(
+    stream: TcpStream,
+    client: SocketAddr,
+    gateway: Arc<Gateway>,
+    protocols: Arc<Protocols>,
+    stop: CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    let proto = tokio::select! {
+        sniffed = tokio::time::timeout(protocols.idle, sniff(&stream)) => match sniffed {
+            Ok(Ok(Some(proto))) => proto,
+            Ok(Ok(None)) => return,
+            Ok(Err(e)) => return tracing::debug!(error = %e, "connection failed before its first request"),
+            Err(_) => return tracing::debug!("no request in time; connection closed"),
+        },
+        () = stop.cancelled() => return,
+    };
+    serve(stream, proto, Conn { client, scheme: Scheme::Http }, gateway, &protocols, stop).await;
+}
+
+/// Serves a connection of a TLS listener: the handshake (bounded by `timeouts.request_head`),
+/// then HTTP/2 or HTTP/1.1 as ALPN chose.
+pub(super) async fn serve_tls(
+    stream: TcpStream,
+    client: SocketAddr,
+    gateway: Arc<Gateway>,
+    protocols: Arc<Protocols>,
+    acceptor: TlsAcceptor,
+    stop: CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    let accepted = tokio::select! {
+        accepted = tokio::time::timeout(protocols.idle, acceptor.accept(stream)) => accepted,
+        () = stop.cancelled() => return,
+    };
+    let stream = match accepted {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            gateway.metrics.tls_handshake("failed");
+            return tracing::debug!(error = %e, "TLS handshake failed");
+        }
+        Err(_) => {
+            gateway.metrics.tls_handshake("timeout");
+            return tracing::debug!(after = ?protocols.idle, "TLS handshake not done in time; connection closed");
+        }
+    };
+    let session = stream.get_ref().1;
+    let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+    gateway.metrics.tls_handshake(if resumed { "resumed" } else { "full" });
+    let proto = if session.alpn_protocol() == Some(b"h2") { Proto::Http2 } else { Proto::Http1 };
+    serve(stream, proto, Conn { client, scheme: Scheme::Https }, gateway, &protocols, stop).await;
+}
+
+/// Peeks at the first bytes: the h2c preface or not. `None`: closed before a byte came.
+async fn sniff(stream: &TcpStream) -> std::io::Result<Option<Proto>> {
+    // "PRI " already rules out every HTTP/1.1 request.
+    let mut buf = [0u8; 4];
+    loop {
+        let n = stream.peek(&mut buf).await?;
+        let seen = &buf[..n];
+        if n == 0 {
+            return Ok(None);
+        }
+        if !PREFACE.starts_with(seen) {
+            return Ok(Some(Proto::Http1));
+        }
+        if n == buf.len() {
+            return Ok(Some(Proto::Http2));
+        }
+        // One to three bytes so far, all of them the preface's: a peek would return at once
+        // with the same bytes, so look again a little later (rare; bounded by the caller).
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn serve<I>(
+    io: I,
+    proto: Proto,
+    conn: Conn,
+    gateway: Arc<Gateway>,
+    protocols: &Protocols,
+    stop: CancellationToken,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let result = match proto {
+        Proto::Http1 => {
+            let service = service_fn(move |req| {
+                let gateway = gateway.clone();
+                async move { Ok::<_, Infallible>(gateway.handle(req, conn).await) }
+            });
+            let c = protocols.h1.serve_connection(TokioIo::new(io), service).with_upgrades();
+            tokio::pin!(c);
+            tokio::select! {
+                result = c.as_mut() => result,
+                () = stop.cancelled() => {
+                    c.as_mut().graceful_shutdown();
+                    c.await
+                }
+            }
+        }
+        Proto::Http2 => serve_h2(io, conn, gateway, protocols, stop).await,
+    };
+    if let Err(e) = result {
+        log_connection_error(&e);
+    }
+}
+
+/// HTTP/2: shutdown and idleness (no new request for `idle`) both send GOAWAY; streams in
+/// flight finish.
+async fn serve_h2<I>(
+    io: I,
+    conn: Conn,
+    gateway: Arc<Gateway>,
+    protocols: &Protocols,
+    stop: CancellationToken,
+) -> hyper::Result<()>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let started = Arc::new(AtomicU64::new(0));
+    let counter = started.clone();
+    let service = service_fn(move |req| {
+        counter.fetch_add(1, Ordering::Relaxed);
+        let gateway = gateway.clone();
+        async move { Ok::<_, Infallible>(gateway.handle(req, conn).await) }
+    });
+    let c = protocols.h2.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(c);
+    let mut seen = 0;
+    loop {
+        tokio::select! {
+            result = c.as_mut() => return result,
+            () = stop.cancelled() => break,
+            () = tokio::time::sleep(protocols.idle) => {
+                let now = started.load(Ordering::Relaxed);
+                if now == seen {
+                    tracing::debug!("HTTP/2 connection idle; closing it");
+                    break;
+                }
+                seen = now;
+            }
+        }
+    }
+    c.as_mut().graceful_shutdown();
+    c.await
+}
+
+/// Malformed or oversized requests were answered by hyper (400/431); say so once. Peers that
+/// simply went away are routine, logged at debug.
+fn log_connection_error(e: &hyper::Error) {
+    if e.is_parse_too_large() {
+        tracing::info!(status = 431, error = %e, "request head too large; connection closed");
+    } else if e.is_parse() {
+        tracing::info!(status = 400, error = %e, "malformed request; connection closed");
+    } else if e.is_timeout() {
+        tracing::debug!(error = %e, "request head not received in time; connection closed");
+    } else {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
