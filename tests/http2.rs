@@ -145,6 +145,84 @@ async fn h2c_with_prior_knowledge_is_served_on_the_plain_listener() {
     assert_eq!(send(&client, req).await.2, "PRI");
 }
 
+/// The protocol is chosen from bytes read, not peeked: a client that sends the first bytes of the
+/// preface (or of "PUT") one write at a time is served all the same.
+#[tokio::test]
+async fn first_bytes_sent_one_at_a_time_still_choose_the_protocol() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = setup("").await;
+    let mut h1 = TcpStream::connect(s.proxy.addr).await.unwrap();
+    h1.set_nodelay(true).unwrap();
+    for part in [
+        &b"P"[..],
+        b"U",
+        b"T /room/slow-1/ HTTP/1.1\r\nHost: rooms.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    ] {
+        h1.write_all(part).await.unwrap();
+        h1.flush().await.unwrap();
+    }
+    let mut answer = String::new();
+    tokio::time::timeout(LIMIT, h1.read_to_string(&mut answer)).await.unwrap().unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with(&s.owner("slow-1")), "{answer}");
+
+    let mut h2c = TcpStream::connect(s.proxy.addr).await.unwrap();
+    h2c.set_nodelay(true).unwrap();
+    for b in b"PRI" {
+        h2c.write_all(&[*b]).await.unwrap();
+        h2c.flush().await.unwrap();
+    }
+    // The rest of the preface goes out with the client's own (hyper writes it whole: skip "PRI").
+    let (h2, _conn) = h2_over(SkipFirst { inner: h2c, skip: 3 }).await;
+    let (status, _, body) = h2_get(&h2, "http://rooms.test/room/slow-2/", &[]).await;
+    assert_eq!((status, body), (StatusCode::OK, s.owner("slow-2")));
+}
+
+/// Drops the first `skip` bytes the client writes (they were sent by hand already).
+struct SkipFirst {
+    inner: TcpStream,
+    skip: usize,
+}
+
+impl AsyncRead for SkipFirst {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for SkipFirst {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if self.skip > 0 {
+            let n = self.skip.min(data.len());
+            self.skip -= n;
+            return std::task::Poll::Ready(Ok(n));
+        }
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 #[tokio::test]
 async fn oversized_heads_over_h2_get_roomgates_431() {
     let s = setup("[limits]\nmax_request_head = 1024\n").await;

@@ -8,14 +8,16 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -78,9 +80,9 @@ pub(super) async fn serve_plain(
     stop: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
-    let proto = tokio::select! {
-        sniffed = tokio::time::timeout(protocols.idle, sniff(&stream)) => match sniffed {
-            Ok(Ok(Some(proto))) => proto,
+    let (proto, stream) = tokio::select! {
+        sniffed = tokio::time::timeout(protocols.idle, sniff(stream)) => match sniffed {
+            Ok(Ok(Some(sniffed))) => sniffed,
             Ok(Ok(None)) => return,
             Ok(Err(e)) => return tracing::debug!(error = %e, "connection failed before its first request"),
             Err(_) => return tracing::debug!("no request in time; connection closed"),
@@ -123,25 +125,74 @@ pub(super) async fn serve_tls(
     serve(stream, proto, Conn { client, scheme: Scheme::Https }, gateway, &protocols, stop).await;
 }
 
-/// Peeks at the first bytes: the h2c preface or not. `None`: closed before a byte came.
-async fn sniff(stream: &TcpStream) -> std::io::Result<Option<Proto>> {
+/// Reads the first bytes (at most four): the h2c preface or not. They are handed back to the
+/// protocol in a [`Sniffed`] stream. `None`: the client closed first.
+///
+/// Reading, not peeking: a peek returns at once with the same bytes while a client sends the
+/// preface a byte at a time, so waiting for more would mean polling on a timer, which clients
+/// that send one byte and stall could turn into busy work.
+async fn sniff(mut stream: TcpStream) -> std::io::Result<Option<(Proto, Sniffed)>> {
     // "PRI " already rules out every HTTP/1.1 request.
-    let mut buf = [0u8; 4];
-    loop {
-        let n = stream.peek(&mut buf).await?;
-        let seen = &buf[..n];
+    let mut head = [0u8; 4];
+    let mut len = 0;
+    while len < head.len() {
+        let n = stream.read(&mut head[len..]).await?;
         if n == 0 {
             return Ok(None);
         }
-        if !PREFACE.starts_with(seen) {
-            return Ok(Some(Proto::Http1));
+        len += n;
+        if !PREFACE.starts_with(&head[..len]) {
+            break;
         }
-        if n == buf.len() {
-            return Ok(Some(Proto::Http2));
+    }
+    let proto = if PREFACE.starts_with(&head[..len]) { Proto::Http2 } else { Proto::Http1 };
+    Ok(Some((proto, Sniffed { head, len, pos: 0, inner: stream })))
+}
+
+/// A plain connection whose first bytes were read to choose its protocol: they are read again
+/// first, then the socket.
+struct Sniffed {
+    head: [u8; 4],
+    len: usize,
+    pos: usize,
+    inner: TcpStream,
+}
+
+impl AsyncRead for Sniffed {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        if self.pos < self.len {
+            let n = (self.len - self.pos).min(out.remaining());
+            out.put_slice(&self.head[self.pos..self.pos + n]);
+            self.pos += n;
+            return Poll::Ready(Ok(()));
         }
-        // One to three bytes so far, all of them the preface's: a peek would return at once
-        // with the same bytes, so look again a little later (rare; bounded by the caller).
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        Pin::new(&mut self.inner).poll_read(cx, out)
+    }
+}
+
+impl AsyncWrite for Sniffed {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
