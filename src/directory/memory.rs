@@ -261,6 +261,7 @@ impl RoomDirectory for MemoryDirectory {
                 removed += usize::from(!keep);
                 keep
             });
+            shrink(&mut map);
         }
         removed
     }
@@ -275,9 +276,30 @@ impl RoomDirectory for MemoryDirectory {
     }
 }
 
+/// Gives a table's memory back once it holds a quarter of what it has room for: after a burst of
+/// rooms or sockets closes, the table would otherwise keep its peak size for good.
+pub(crate) fn shrink<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 64 && map.len() * 4 < map.capacity() {
+        map.shrink_to(map.len() * 2);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tables_shrink_after_a_burst_closes() {
+        let mut map: HashMap<u64, u64> = (0..10_000).map(|i| (i, i)).collect();
+        let peak = map.capacity();
+        map.retain(|k, _| *k < 100);
+        shrink(&mut map);
+        assert!(map.capacity() < peak / 16, "capacity {} after the burst, {peak} at its peak", map.capacity());
+        assert_eq!(map.len(), 100);
+        let steady = map.capacity();
+        shrink(&mut map);
+        assert_eq!(map.capacity(), steady, "a table in use is left alone");
+    }
 
     fn id(s: &str) -> Arc<str> {
         s.into()

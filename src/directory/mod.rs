@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub(crate) use memory::shrink;
 pub use memory::{LiveEntry, MemoryDirectory};
 pub use redis::{RedisDirectory, RedisSettings};
 
