@@ -17,7 +17,8 @@ use proxies::{Kind, Proxy};
 const USAGE: &str =
     "usage: roomgate-compare [--targets roomgate,nginx,haproxy] [--modes http,ws-echo,ws-connect,ws-idle]
                         [--seconds 5] [--rounds 3] [--idle 5000] [--roomgate target/release/roomgate]
-                        [--proxy-cpu 0] [--out FILE]";
+                        [--proxy-cpu 0] [--out FILE]
+       roomgate-compare --serve-backends    (only the four backends: prints `id addr` lines)";
 
 struct Options {
     targets: Vec<Kind>,
@@ -28,6 +29,7 @@ struct Options {
     roomgate: PathBuf,
     proxy_cpu: usize,
     out: Option<PathBuf>,
+    serve_backends: bool,
 }
 
 fn options() -> Result<Options, String> {
@@ -40,6 +42,7 @@ fn options() -> Result<Options, String> {
         roomgate: PathBuf::from("target/release/roomgate"),
         proxy_cpu: 0,
         out: None,
+        serve_backends: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -58,6 +61,7 @@ fn options() -> Result<Options, String> {
             "--roomgate" => o.roomgate = value()?.into(),
             "--proxy-cpu" => o.proxy_cpu = value()?.parse().map_err(|e| format!("--proxy-cpu: {e}"))?,
             "--out" => o.out = Some(value()?.into()),
+            "--serve-backends" => o.serve_backends = true,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -85,6 +89,14 @@ async fn main() {
             std::process::exit(1);
         }
     };
+    if opts.serve_backends {
+        // For tools that bring their own proxy and load (bench/callgrind-http.sh): print the
+        // backends' addresses, then serve until killed.
+        for (id, addr) in &backends {
+            println!("{id} {addr}");
+        }
+        std::future::pending::<()>().await;
+    }
     let mut targets = Vec::new();
     for kind in &opts.targets {
         match kind.program(&opts.roomgate) {
