@@ -266,12 +266,9 @@ async fn shutdown_closes_h2_connections_with_goaway() {
 #[ignore]
 async fn h2_request_rate() {
     use std::time::Duration;
-    let ca = Ca::new();
-    let dir = tempfile::tempdir().unwrap();
-    let files = [ca.leaf(&["a.test"]).write(dir.path(), "a")];
     let backend = TestBackend::start("b0").await;
     let body = format!("[[backends]]\nid = \"b0\"\naddr = \"{}\"\n{ROUTES}", backend.addr);
-    let server = common::pinned::Pinned::start(&body, &files).await;
+    let server = common::pinned::Pinned::with_test_cert(&body).await;
     let h2_client = measuring_client_config(&TLS13, true);
     let mut h2_client_alpn = (*h2_client).clone();
     h2_client_alpn.alpn_protocols = vec![b"h2".to_vec()];
@@ -323,12 +320,9 @@ async fn h2_request_rate() {
 async fn plain_connection_rate() {
     use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let ca = Ca::new();
-    let dir = tempfile::tempdir().unwrap();
-    let files = [ca.leaf(&["a.test"]).write(dir.path(), "a")];
     let backend = TestBackend::start("b0").await;
     let body = format!("[[backends]]\nid = \"b0\"\naddr = \"{}\"\n{ROUTES}", backend.addr);
-    let server = common::pinned::Pinned::start(&body, &files).await;
+    let server = common::pinned::Pinned::with_test_cert(&body).await;
     let addr = server.http;
     let op = move |_| async move {
         let Ok(mut tcp) = TcpStream::connect(addr).await else { return false };

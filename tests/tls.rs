@@ -390,11 +390,8 @@ async fn a_certificate_that_does_not_load_is_a_config_error_at_start() {
 #[tokio::test]
 #[ignore]
 async fn handshake_rate() {
-    let ca = Ca::new();
-    let dir = tempfile::tempdir().unwrap();
-    let files = [ca.leaf(&["a.test"]).write(dir.path(), "a")];
     let body = format!("[[backends]]\nid = \"b0\"\naddr = \"127.0.0.1:1\"\n{ROUTES}");
-    let server = common::pinned::Pinned::start(&body, &files).await;
+    let server = common::pinned::Pinned::with_test_cert(&body).await;
     for (version, name) in [(&TLS13, "TLS 1.3"), (&TLS12, "TLS 1.2")] {
         for resume in [false, true] {
             // One client config per task: each keeps its own session tickets.
@@ -438,12 +435,9 @@ async fn try_connect_quiet(
 #[ignore]
 async fn idle_wss_memory() {
     const SOCKETS: usize = 1000;
-    let ca = Ca::new();
-    let dir = tempfile::tempdir().unwrap();
-    let files = [ca.leaf(&["a.test"]).write(dir.path(), "a")];
     let backend = TestBackend::start("b0").await;
     let body = format!("[[backends]]\nid = \"b0\"\naddr = \"{}\"\n{ROUTES}", backend.addr);
-    let server = common::pinned::Pinned::start(&body, &files).await;
+    let server = common::pinned::Pinned::with_test_cert(&body).await;
     let client = measuring_client_config(&TLS13, false);
     // jemalloc hands freed pages back after 200ms: wait well past it before each reading.
     let settled = || tokio::time::sleep(std::time::Duration::from_secs(1));

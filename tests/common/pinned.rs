@@ -19,6 +19,8 @@ pub struct Pinned {
     pub http: SocketAddr,
     pub tls: SocketAddr,
     _dir: tempfile::TempDir,
+    /// The certificate made by [`Pinned::with_test_cert`], kept while roomgate may read it.
+    _certs: Option<tempfile::TempDir>,
 }
 
 /// A free loopback port (bound, read, released: good enough for a measuring tool).
@@ -27,6 +29,16 @@ fn free_addr() -> SocketAddr {
 }
 
 impl Pinned {
+    /// [`Pinned::start`] with one certificate for `a.test`, made here: the name every measuring
+    /// tool connects to.
+    pub async fn with_test_cert(body: &str) -> Pinned {
+        let certs = tempfile::tempdir().unwrap();
+        let files = [super::tls::Ca::new().leaf(&["a.test"]).write(certs.path(), "a")];
+        let mut server = Pinned::start(body, &files).await;
+        server._certs = Some(certs);
+        server
+    }
+
     /// Starts roomgate with `body` (backends, routes, more sections) and `certs`, and waits until
     /// its TLS listener accepts.
     pub async fn start(body: &str, certs: &[(PathBuf, PathBuf)]) -> Pinned {
@@ -50,7 +62,7 @@ impl Pinned {
         };
         let child = cmd.arg("run").arg("--config").arg(&path).stdout(Stdio::null()).spawn().unwrap();
         println!("roomgate {bin} started{}", if pinned { ", pinned to CPU 0" } else { " (no taskset)" });
-        let server = Pinned { child, http, tls, _dir: dir };
+        let server = Pinned { child, http, tls, _dir: dir, _certs: None };
         for _ in 0..400 {
             if tokio::net::TcpStream::connect(tls).await.is_ok() {
                 return server;
