@@ -17,6 +17,18 @@ pub enum ProxyError {
     /// The backend could not be reached or did not answer (5xx).
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// roomgate is at one of its limits: 503 with `Retry-After`. Neither side failed.
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+}
+
+/// A limit that refused a connection or a request, named by its config key.
+#[derive(Debug, thiserror::Error)]
+#[error("over {limit} ({max})")]
+pub struct LimitError {
+    /// The config key, e.g. `limits.max_connections_per_ip`; also the metric label.
+    pub limit: &'static str,
+    pub max: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +49,28 @@ pub enum ClientError {
     FirstMessageTimeout(Duration),
     #[error("first WebSocket message is over {0} bytes")]
     FirstMessageTooLarge(usize),
+    /// The request body could not be read: malformed framing (chunked), or the client went away
+    /// before its end. Never counted against the backend.
+    #[error("request body: {0}")]
+    Body(BodyProblem),
+    /// The request carries its room twice, or in a form the backend may read differently (two
+    /// `room` parameters, two key headers, a key header named in `Connection`, a Host that
+    /// disagrees with the request target): it is never placed.
+    #[error("ambiguous room: {0}")]
+    Ambiguous(String),
+}
+
+/// What went wrong with a request body, on the client's side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BodyProblem {
+    #[error("malformed (it does not parse)")]
+    Malformed,
+    #[error("the client went away before its end")]
+    Incomplete,
+    #[error("no data for {0:?}")]
+    Stalled(Duration),
+    #[error("not complete within {0:?}")]
+    TooSlow(Duration),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +91,10 @@ pub enum BackendError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The backend answered a handshake with a 101 that is not a WebSocket's (no `Upgrade:
+    /// websocket`, a wrong `Sec-WebSocket-Accept`), or a plain request with a 101.
+    #[error("backend {backend} sent an invalid upgrade: {why}")]
+    BadUpgrade { backend: String, why: &'static str },
 }
 
 impl ProxyError {
@@ -64,16 +102,41 @@ impl ProxyError {
         match self {
             ProxyError::Client(ClientError::NoRoute) => StatusCode::NOT_FOUND,
             ProxyError::Client(
-                ClientError::MissingKey { .. } | ClientError::BadKey(_) | ClientError::BadHandshake(_),
+                ClientError::MissingKey { .. }
+                | ClientError::BadKey(_)
+                | ClientError::BadHandshake(_)
+                | ClientError::Ambiguous(_)
+                | ClientError::Body(BodyProblem::Malformed | BodyProblem::Incomplete),
             ) => StatusCode::BAD_REQUEST,
+            ProxyError::Client(ClientError::Body(BodyProblem::Stalled(_) | BodyProblem::TooSlow(_))) => {
+                StatusCode::REQUEST_TIMEOUT
+            }
             ProxyError::Client(ClientError::FirstMessageTimeout(_)) => StatusCode::REQUEST_TIMEOUT,
             ProxyError::Client(ClientError::FirstMessageTooLarge(_)) => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::Client(ClientError::HeadTooLarge { .. } | ClientError::TooManyHeaders { .. }) => {
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
             }
             ProxyError::Backend(BackendError::NoBackends) => StatusCode::SERVICE_UNAVAILABLE,
-            ProxyError::Backend(BackendError::Connect { .. } | BackendError::Failed { .. }) => StatusCode::BAD_GATEWAY,
+            ProxyError::Backend(
+                BackendError::Connect { .. } | BackendError::Failed { .. } | BackendError::BadUpgrade { .. },
+            ) => StatusCode::BAD_GATEWAY,
             ProxyError::Backend(BackendError::Timeout { .. }) => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::Limit(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// What the client is told: its own mistake in full, but of a failure on roomgate's side
+    /// only what kind it was. Backend ids, addresses and error chains go to the log.
+    pub fn public_message(&self) -> String {
+        match self {
+            ProxyError::Client(e) => e.to_string(),
+            ProxyError::Backend(BackendError::NoBackends) => "no backend is available".to_owned(),
+            ProxyError::Backend(BackendError::Connect { .. }) => "the backend could not be reached".to_owned(),
+            ProxyError::Backend(BackendError::Failed { .. } | BackendError::BadUpgrade { .. }) => {
+                "the backend failed to answer".to_owned()
+            }
+            ProxyError::Backend(BackendError::Timeout { .. }) => "the backend did not answer in time".to_owned(),
+            ProxyError::Limit(_) => "roomgate is at its capacity; retry later".to_owned(),
         }
     }
 
@@ -111,17 +174,31 @@ pub fn close_code_for(status: StatusCode) -> u16 {
     4000 + status.as_u16()
 }
 
-/// The response for an error: its status and a one-line plain-text body saying why.
+/// Seconds a client refused by a limit is asked to wait (`Retry-After`).
+pub const RETRY_AFTER_SECS: u64 = 1;
+
+/// The response for an error: its status and a one-line plain-text body saying why, in the
+/// words of [`ProxyError::public_message`].
 pub fn respond(err: &ProxyError) -> Response<Bytes> {
     let status = err.status();
-    let body = format!("{} {}: {}\n", status.as_u16(), status.canonical_reason().unwrap_or(""), err.detail());
+    let body = format!("{} {}: {}\n", status.as_u16(), status.canonical_reason().unwrap_or(""), err.public_message());
     let mut resp = Response::new(Bytes::from(body));
     *resp.status_mut() = status;
     let headers = resp.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if status == StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE {
-        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    match err {
+        // The rest of the connection cannot be trusted: a head too large was not read whole, a
+        // body that failed was not read to its end.
+        ProxyError::Client(
+            ClientError::HeadTooLarge { .. } | ClientError::TooManyHeaders { .. } | ClientError::Body(_),
+        ) => {
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        ProxyError::Limit(_) => {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        _ => {}
     }
     resp
 }

@@ -38,6 +38,7 @@ pub mod relay;
 pub mod room_key;
 pub mod server;
 pub mod snapshot;
+pub mod throttle;
 pub mod tls;
 
 pub use config::Config;

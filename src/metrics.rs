@@ -40,6 +40,11 @@ struct OutcomeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabel {
+    limit: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DiscoveryLabels {
     srv: String,
     outcome: &'static str,
@@ -67,6 +72,8 @@ pub struct Metrics {
     discovered: Family<SrvLabel, Gauge>,
     tls_handshakes: Family<ResultLabel, Counter>,
     tls_cert_reloads: Family<OutcomeLabel, Counter>,
+    refused: Family<LimitLabel, Counter>,
+    rooms_over_cap: Counter,
 }
 
 impl Default for Metrics {
@@ -128,7 +135,22 @@ impl Metrics {
             "TLS certificates reloaded after their files changed, by outcome: ok, failed (the one in force stays)",
             tls_cert_reloads.clone(),
         );
+        let refused = Family::<LimitLabel, Counter>::default();
+        registry.register(
+            "refused",
+            "Connections closed at accept and requests answered 503 because a limit was reached, by the \
+             limit's config key",
+            refused.clone(),
+        );
+        let rooms_over_cap = Counter::default();
+        registry.register(
+            "rooms_over_cap",
+            "New rooms placed but not recorded because the directory held limits.max_rooms",
+            rooms_over_cap.clone(),
+        );
         Metrics {
+            refused,
+            rooms_over_cap,
             registry,
             requests,
             upstream_seconds,
@@ -140,6 +162,16 @@ impl Metrics {
             tls_handshakes,
             tls_cert_reloads,
         }
+    }
+
+    /// Counts a connection or request refused by `limit` (its config key).
+    pub fn refused(&self, limit: &'static str) {
+        self.refused.get_or_create(&LimitLabel { limit }).inc();
+    }
+
+    /// The counter of new rooms not recorded over `limits.max_rooms` (handed to the directory).
+    pub fn rooms_over_cap(&self) -> Counter {
+        self.rooms_over_cap.clone()
     }
 
     /// Counts one resolution of a `[[discovery]]` entry.

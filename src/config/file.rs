@@ -67,6 +67,11 @@ pub struct LimitsSection {
     pub max_request_head: Spanned<usize>,
     pub max_headers: Spanned<usize>,
     pub max_first_message: Spanned<usize>,
+    pub max_rooms: Spanned<usize>,
+    /// `"auto"` (the default): derived from the file-descriptor limit.
+    pub max_connections: Spanned<Count>,
+    pub max_connections_per_ip: Spanned<Count>,
+    pub max_pending_sockets: Spanned<usize>,
 }
 
 #[derive(Deserialize)]
@@ -78,6 +83,8 @@ pub struct TimeoutsSection {
     pub websocket_idle: OptionalDuration,
     pub websocket_close: Spanned<HumanDuration>,
     pub first_message: Spanned<HumanDuration>,
+    pub request_body: OptionalDuration,
+    pub request_body_idle: OptionalDuration,
 }
 
 #[derive(Deserialize)]
@@ -85,6 +92,7 @@ pub struct TimeoutsSection {
 pub struct UpstreamSection {
     pub max_idle_per_backend: usize,
     pub idle_timeout: HumanDuration,
+    pub max_connections_per_backend: Spanned<Count>,
 }
 
 #[derive(Deserialize)]
@@ -112,6 +120,7 @@ pub struct ShutdownSection {
 #[serde(deny_unknown_fields, default)]
 pub struct RoomsSection {
     pub linger: HumanDuration,
+    pub linger_unused: HumanDuration,
 }
 
 #[derive(Deserialize)]
@@ -139,6 +148,7 @@ pub struct AdminSection {
     pub token: Option<Spanned<String>>,
     /// A file holding the token (a mounted Kubernetes Secret); read when the config is loaded.
     pub token_file: Option<Spanned<String>>,
+    pub max_connections: Spanned<usize>,
 }
 
 #[derive(Deserialize)]
@@ -240,6 +250,15 @@ pub struct ParsedSource(pub KeySource);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TrustedNet(pub IpNet);
 
+/// A count limit: a number, `"off"` (no limit) or `"auto"` (derived at start-up, where the key
+/// allows it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Count {
+    Off,
+    Auto,
+    Max(usize),
+}
+
 /// `listen = "addr"` or `listen = ["addr", ...]`.
 pub struct OneOrMany<T>(pub Vec<T>);
 
@@ -261,6 +280,10 @@ impl Default for LimitsSection {
             max_request_head: Spanned::new(0..0, 64 * 1024),
             max_headers: Spanned::new(0..0, 100),
             max_first_message: Spanned::new(0..0, 64 * 1024),
+            max_rooms: Spanned::new(0..0, 200_000),
+            max_connections: Spanned::new(0..0, Count::Auto),
+            max_connections_per_ip: Spanned::new(0..0, Count::Off),
+            max_pending_sockets: Spanned::new(0..0, 10_000),
         }
     }
 }
@@ -279,16 +302,24 @@ impl Default for TimeoutsSection {
             connect: Spanned::new(0..0, secs(3)),
             request_head: Spanned::new(0..0, secs(10)),
             upstream_response: Spanned::new(0..0, secs(60)),
-            websocket_idle: OptionalDuration(None),
+            // djust's client pings every 30 s, and a background tab's timers may be held back to
+            // once a minute: twice that frees dead sockets without ever closing a live one.
+            websocket_idle: OptionalDuration(Some(std::time::Duration::from_secs(120))),
             websocket_close: Spanned::new(0..0, secs(5)),
             first_message: Spanned::new(0..0, secs(10)),
+            request_body: OptionalDuration(Some(std::time::Duration::from_secs(300))),
+            request_body_idle: OptionalDuration(Some(std::time::Duration::from_secs(30))),
         }
     }
 }
 
 impl Default for UpstreamSection {
     fn default() -> Self {
-        UpstreamSection { max_idle_per_backend: 128, idle_timeout: secs(60) }
+        UpstreamSection {
+            max_idle_per_backend: 128,
+            idle_timeout: secs(60),
+            max_connections_per_backend: Spanned::new(0..0, Count::Off),
+        }
     }
 }
 
@@ -313,6 +344,9 @@ pub struct DirectorySection {
     pub refresh: Spanned<HumanDuration>,
     pub timeout: Spanned<HumanDuration>,
     pub replica_id: Option<Spanned<String>>,
+    /// A file holding the Redis password (a mounted Kubernetes Secret); read when the config is
+    /// loaded.
+    pub password_file: Option<Spanned<String>>,
 }
 
 impl Default for DirectorySection {
@@ -324,13 +358,14 @@ impl Default for DirectorySection {
             refresh: Spanned::new(0..0, secs(2)),
             timeout: Spanned::new(0..0, HumanDuration(std::time::Duration::from_millis(250))),
             replica_id: None,
+            password_file: None,
         }
     }
 }
 
 impl Default for RoomsSection {
     fn default() -> Self {
-        RoomsSection { linger: secs(60) }
+        RoomsSection { linger: secs(60), linger_unused: secs(5) }
     }
 }
 
@@ -359,6 +394,7 @@ impl Default for AdminSection {
             listen: Spanned::new(0..0, SocketAddr::from(([127, 0, 0, 1], 9901))),
             token: None,
             token_file: None,
+            max_connections: Spanned::new(0..0, 64),
         }
     }
 }
@@ -399,6 +435,21 @@ impl FromStr for TrustedNet {
 impl<'de> Deserialize<'de> for TrustedNet {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         String::deserialize(d)?.parse().map_err(de::Error::custom)
+    }
+}
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match toml::Value::deserialize(d)? {
+            toml::Value::Integer(n) => usize::try_from(n)
+                .ok()
+                .filter(|n| *n > 0)
+                .map(Count::Max)
+                .ok_or_else(|| de::Error::custom(format!("{n}: expected a number of at least 1, or \"off\""))),
+            toml::Value::String(s) if s == "off" => Ok(Count::Off),
+            toml::Value::String(s) if s == "auto" => Ok(Count::Auto),
+            other => Err(de::Error::custom(format!("{other}: expected a number, \"off\" or \"auto\""))),
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use ipnet::IpNet;
 use toml::Spanned;
 
 pub use duration::{HumanDuration, OptionalDuration, parse_duration};
-pub use file::{LogFormat, OnMissing, RouteMode};
+pub use file::{Count, LogFormat, OnMissing, RouteMode};
 pub use secret::{MIN_TOKEN_LEN, read_token_file};
 pub use tls::{CertFiles, Tls};
 
@@ -60,6 +60,9 @@ pub struct Config {
 pub struct Rooms {
     /// How long a room keeps its owner after its last connection closes (reconnect window).
     pub linger: Duration,
+    /// How long a room that never had a WebSocket is remembered once its last request ends: one
+    /// client sending random keys must not fill the directory for a whole `linger` per key.
+    pub linger_unused: Duration,
 }
 
 /// Where the live-room directory lives.
@@ -68,7 +71,15 @@ pub enum Directory {
     /// In this process only (one replica).
     Memory,
     /// Shared by every replica through Redis.
-    Redis { url: String, prefix: String, refresh: Duration, timeout: Duration, replica_id: String },
+    Redis {
+        url: String,
+        prefix: String,
+        refresh: Duration,
+        timeout: Duration,
+        replica_id: String,
+        /// From `password_file`; given to Redis in place of a password in the URL.
+        password: Option<String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -97,6 +108,8 @@ pub struct Drain {
 pub struct Admin {
     pub listen: SocketAddr,
     pub token: Option<String>,
+    /// Admin connections served in full; past it a connection may only ask the probes.
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -119,8 +132,17 @@ pub struct Limits {
     /// Largest request head (request line and headers) in bytes; larger gets 431.
     pub max_request_head: usize,
     pub max_headers: usize,
-    /// Largest first WebSocket message roomgate reads to find the room (`djust:` sources).
+    /// Largest first WebSocket message roomgate reads to find the room (`djust:` sources), and
+    /// largest client message a djust socket may send (it is read whole before it is relayed).
     pub max_first_message: usize,
+    /// Most rooms this replica remembers; past it a new room is placed but not recorded.
+    pub max_rooms: usize,
+    /// Client connections in all; `None`: derived from the file-descriptor limit at start-up.
+    pub max_connections: Option<usize>,
+    /// Client connections (or, behind a trusted proxy, requests and sockets) per client address.
+    pub max_connections_per_ip: Option<usize>,
+    /// djust sockets still waiting for their first message.
+    pub max_pending_sockets: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -133,12 +155,18 @@ pub struct Timeouts {
     /// How long a client may take to send its first message when roomgate needs it to find the
     /// room (`djust:` sources).
     pub first_message: Duration,
+    /// Longest a client may take to send a whole request body; `None`: no limit.
+    pub request_body: Option<Duration>,
+    /// Longest pause in a request body; `None`: no limit.
+    pub request_body_idle: Option<Duration>,
 }
 
 #[derive(Clone, Debug)]
 pub struct Upstream {
     pub max_idle_per_backend: usize,
     pub idle_timeout: Duration,
+    /// Requests in flight plus open WebSockets per backend; `None`: no limit.
+    pub max_connections_per_backend: Option<usize>,
 }
 
 #[derive(Clone, Debug)]
@@ -310,7 +338,7 @@ impl Validator<'_> {
             tls,
             origin: origin.to_owned(),
             path: None,
-            rooms: Rooms { linger: f.rooms.linger.0 },
+            rooms: Rooms { linger: f.rooms.linger.0, linger_unused: f.rooms.linger_unused.0 },
             health,
             drain: Drain { deadline: f.drain.deadline.0, spread: f.drain.spread.0 },
             admin,
@@ -325,6 +353,11 @@ impl Validator<'_> {
             upstream: Upstream {
                 max_idle_per_backend: f.upstream.max_idle_per_backend,
                 idle_timeout: f.upstream.idle_timeout.0,
+                max_connections_per_backend: self.count(
+                    &f.upstream.max_connections_per_backend,
+                    "upstream.max_connections_per_backend",
+                    false,
+                )?,
             },
             placement: PlacementConfig { algorithm: f.placement.algorithm, vnodes },
             backends,
@@ -351,6 +384,10 @@ impl Validator<'_> {
             (None, None) => None,
         };
         let listen = *a.listen.get_ref();
+        let max_connections = *a.max_connections.get_ref();
+        if !(1..=1_000_000).contains(&max_connections) {
+            return Err(self.err(&a.max_connections, "admin.max_connections: expected 1 to 1000000".into()));
+        }
         if !listen.ip().is_loopback() && token.is_none() {
             return Err(self.err(
                 &a.listen,
@@ -359,7 +396,7 @@ impl Validator<'_> {
                 ),
             ));
         }
-        Ok(Admin { listen, token })
+        Ok(Admin { listen, token, max_connections })
     }
 
     fn health(&self, h: &file::HealthSection) -> Result<Health, ConfigError> {
@@ -422,7 +459,21 @@ impl Validator<'_> {
             Some(id) => return Err(self.err(id, "directory.replica_id: expected visible ASCII, no spaces".into())),
             None => default_replica_id(),
         };
-        Ok(Directory::Redis { url: url.get_ref().clone(), prefix: d.prefix.clone(), refresh, timeout, replica_id })
+        let password = match &d.password_file {
+            Some(f) => Some(
+                secret::read_secret_file(Path::new(f.get_ref()))
+                    .map_err(|why| self.err(f, format!("directory.password_file = {:?}: {why}", f.get_ref())))?,
+            ),
+            None => None,
+        };
+        Ok(Directory::Redis {
+            url: url.get_ref().clone(),
+            prefix: d.prefix.clone(),
+            refresh,
+            timeout,
+            replica_id,
+            password,
+        })
     }
 
     fn limits(&self, l: &file::LimitsSection) -> Result<Limits, ConfigError> {
@@ -444,7 +495,34 @@ impl Validator<'_> {
                 format!("limits.max_first_message = {first}: expected 1024 to 16777216 bytes"),
             ));
         }
-        Ok(Limits { max_request_head: head, max_headers: headers, max_first_message: first })
+        let rooms = *l.max_rooms.get_ref();
+        if !(100..=100_000_000).contains(&rooms) {
+            return Err(self.err(&l.max_rooms, format!("limits.max_rooms = {rooms}: expected 100 to 100000000")));
+        }
+        let pending = *l.max_pending_sockets.get_ref();
+        if pending == 0 {
+            return Err(self.err(&l.max_pending_sockets, "limits.max_pending_sockets: at least 1".into()));
+        }
+        Ok(Limits {
+            max_request_head: head,
+            max_headers: headers,
+            max_first_message: first,
+            max_rooms: rooms,
+            max_connections: self.count(&l.max_connections, "limits.max_connections", true)?,
+            max_connections_per_ip: self.count(&l.max_connections_per_ip, "limits.max_connections_per_ip", false)?,
+            max_pending_sockets: pending,
+        })
+    }
+
+    /// A count limit: `Some(n)`, or `None` for "off" (or "auto", where `auto_allowed`).
+    fn count(&self, c: &Spanned<file::Count>, name: &str, auto_allowed: bool) -> Result<Option<usize>, ConfigError> {
+        match *c.get_ref() {
+            file::Count::Max(n) => Ok(Some(n)),
+            file::Count::Auto if auto_allowed => Ok(None),
+            file::Count::Off if !auto_allowed => Ok(None),
+            file::Count::Auto => Err(self.err(c, format!("{name}: expected a number or \"off\""))),
+            file::Count::Off => Err(self.err(c, format!("{name}: expected a number or \"auto\""))),
+        }
     }
 
     fn timeouts(&self, t: &file::TimeoutsSection) -> Result<Timeouts, ConfigError> {
@@ -466,6 +544,8 @@ impl Validator<'_> {
             websocket_idle: t.websocket_idle.0,
             websocket_close: t.websocket_close.get_ref().0,
             first_message: t.first_message.get_ref().0,
+            request_body: t.request_body.0,
+            request_body_idle: t.request_body_idle.0,
         })
     }
 

@@ -21,7 +21,7 @@ fn embedded_default_is_valid() {
     assert_eq!(c.routes.len(), 3);
     assert_eq!(c.timeouts.connect, Duration::from_secs(3));
     assert_eq!(c.timeouts.request_head, Duration::from_secs(10));
-    assert_eq!(c.timeouts.websocket_idle, None);
+    assert_eq!(c.timeouts.websocket_idle, Some(Duration::from_secs(120)));
     assert_eq!(c.route_for("/room/42/").unwrap().0, 0);
     assert_eq!(c.route_for("/ws/live/").unwrap().0, 1);
     assert_eq!(c.route_for("/lobby").unwrap().0, 2);
@@ -34,6 +34,40 @@ fn minimal_config_takes_defaults() {
     assert_eq!(c.server.listen, vec!["127.0.0.1:8080".parse().unwrap()]);
     assert_eq!(c.limits.max_request_head, 65536);
     assert_eq!(c.placement.algorithm, Algorithm::Rendezvous);
+}
+
+#[test]
+fn limits_have_defaults_that_bound_every_client() {
+    let c = Config::from_toml(MINIMAL, "t").unwrap();
+    assert_eq!(c.limits.max_rooms, 200_000);
+    assert_eq!(c.limits.max_connections, None, "auto: derived from the descriptor limit");
+    assert_eq!(c.limits.max_connections_per_ip, None, "off");
+    assert_eq!(c.limits.max_pending_sockets, 10_000);
+    assert_eq!(c.upstream.max_connections_per_backend, None, "off");
+    assert_eq!(c.admin.max_connections, 64);
+    assert_eq!(c.rooms.linger_unused, Duration::from_secs(5));
+    assert_eq!(c.timeouts.websocket_idle, Some(Duration::from_secs(120)), "above djust's 30 s pings");
+    assert_eq!(c.timeouts.request_body, Some(Duration::from_secs(300)));
+    assert_eq!(c.timeouts.request_body_idle, Some(Duration::from_secs(30)));
+    let text = format!(
+        "[limits]\nmax_connections = 5000\nmax_connections_per_ip = 50\n[upstream]\nmax_connections_per_backend = 800\n[timeouts]\nrequest_body = \"off\"\n{MINIMAL}"
+    );
+    let c = Config::from_toml(&text, "t").unwrap();
+    assert_eq!(c.limits.max_connections, Some(5000));
+    assert_eq!(c.limits.max_connections_per_ip, Some(50));
+    assert_eq!(c.upstream.max_connections_per_backend, Some(800));
+    assert_eq!(c.timeouts.request_body, None);
+    for (bad, needle) in [
+        ("[limits]\nmax_connections = \"off\"\n", "limits.max_connections"),
+        ("[limits]\nmax_connections_per_ip = \"auto\"\n", "limits.max_connections_per_ip"),
+        ("[limits]\nmax_connections_per_ip = 0\n", "at least 1"),
+        ("[limits]\nmax_rooms = 10\n", "limits.max_rooms"),
+        ("[admin]\nmax_connections = 0\n", "admin.max_connections"),
+    ] {
+        let e = err(&format!("{bad}{MINIMAL}"));
+        assert_eq!(e.line, Some(2), "{bad}: {e}");
+        assert!(e.message.contains(needle), "{bad}: {e}");
+    }
 }
 
 #[test]

@@ -258,11 +258,11 @@ impl Session {
             ProxyError::Backend(_) => {
                 tracing::warn!(room, close_code = code, error = %err.detail(), "djust socket failed")
             }
-            ProxyError::Client(_) => {
+            ProxyError::Client(_) | ProxyError::Limit(_) => {
                 tracing::info!(room, close_code = code, error = %err.detail(), "djust socket refused")
             }
         }
-        close(client_io, code, &err.to_string()).await;
+        close(client_io, code, &err.public_message()).await;
         None
     }
 }

@@ -399,7 +399,9 @@ fn error_response(err: &ProxyError, record: Option<Box<AccessRecord>>, client: S
         None => {
             match err {
                 ProxyError::Backend(_) => tracing::warn!(%client, status, error = %err.detail(), "request failed"),
-                ProxyError::Client(_) => tracing::info!(%client, status, error = %err.detail(), "request refused"),
+                ProxyError::Client(_) | ProxyError::Limit(_) => {
+                    tracing::info!(%client, status, error = %err.detail(), "request refused")
+                }
             }
             None
         }

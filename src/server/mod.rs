@@ -44,7 +44,7 @@ pub async fn run(listeners: Listeners, config: Config, shutdown: impl Future<Out
 fn directory_for(config: &Config) -> Arc<dyn RoomDirectory> {
     match &config.directory {
         Directory::Memory => Arc::new(MemoryDirectory::new()),
-        Directory::Redis { url, prefix, refresh, timeout, replica_id } => {
+        Directory::Redis { url, prefix, refresh, timeout, replica_id, .. } => {
             let settings = RedisSettings {
                 url: url.clone(),
                 prefix: prefix.clone(),
