@@ -149,7 +149,9 @@ async fn dead_backend_gets_502_within_a_second() {
     let (status, _, body) = get(&client, &proxy.url("/room/r1/"), &[]).await;
     assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
     assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
-    assert!(body.contains("backend dead unreachable"), "{body}");
+    // The client learns what kind of failure it was, never which backend or why (that is logged).
+    assert!(body.contains("the backend could not be reached"), "{body}");
+    assert!(!body.contains("dead") && !body.contains("127.0.0.1") && !body.contains("refused"), "{body}");
     // WebSocket handshakes too.
     let err = tokio_tungstenite::connect_async(proxy.ws_url("/ws/live/?room=r1")).await.unwrap_err();
     assert!(matches!(err, tokio_tungstenite::tungstenite::Error::Http(ref r) if r.status() == StatusCode::BAD_GATEWAY));
@@ -164,7 +166,8 @@ async fn slow_backend_gets_504() {
     let proxy = Proxy::start(&config(&backend_list(&backends), ROUTES, extra)).await;
     let (status, _, body) = get(&http_client(), &proxy.url("/slow"), &[]).await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
-    assert!(body.contains("no response within 300ms"), "{body}");
+    assert!(body.contains("the backend did not answer in time"), "{body}");
+    assert!(!body.contains("b0"), "{body}");
     proxy.shutdown().await;
 }
 
