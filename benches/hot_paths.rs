@@ -9,8 +9,8 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use http::Request;
 use roomgate::djust;
 use roomgate::placement::{Algorithm, Placement};
-use roomgate::relay::frame::{FrameTracker, OP_TEXT, frame};
-use roomgate::relay::watch::{NavWatch, Scan};
+use roomgate::relay::frame::{FrameError, FrameTracker, OP_TEXT, frame};
+use roomgate::relay::watch::NavWatch;
 use roomgate::room_key::{self, KeySource, RequestView};
 
 fn placement(c: &mut Criterion) {
@@ -121,24 +121,26 @@ fn djust_protocol(c: &mut Criterion) {
     let mut group = c.benchmark_group("djust");
     group.bench_function("mount frame to room key", |b| {
         b.iter(|| {
-            let path = djust::page_path(black_box(mount), "mount").unwrap();
-            black_box(room_key::room_in_path(&regex, &path).unwrap())
+            let djust::Effect::Pages(pages) = djust::text_effect(black_box(mount)) else { unreachable!() };
+            black_box(djust::room_of_pages(&regex, &pages).unwrap())
         })
     });
-    // The per-message cost of watching a djust socket's client stream.
+    // The per-message cost of watching a djust socket's client stream: every message is
+    // classified, an ordinary event by a scan for the page-changing types' names only.
     let mut watch = NavWatch::new(regex.clone(), Some("42"), 64 * 1024, Default::default());
-    group.bench_function("live-navigation watch, ordinary event", |b| {
-        b.iter(|| match watch.scan(black_box(&event)).unwrap() {
-            Scan::Write(out) => black_box(out.as_slice().len()),
-            Scan::Navigate(..) => unreachable!(),
-        })
-    });
-    group.bench_function("live-navigation watch, same-room navigation", |b| {
-        b.iter(|| match watch.scan(black_box(&redirect)).unwrap() {
-            Scan::Write(out) => black_box(out.as_slice().len()),
-            Scan::Navigate(..) => unreachable!(),
-        })
-    });
+    let mut scan = |msg: &[u8]| {
+        let mut written = 0;
+        let stop = watch
+            .scan(black_box(msg), |b| {
+                written += b.len();
+                Ok::<(), FrameError>(())
+            })
+            .unwrap();
+        assert!(stop.is_none());
+        written
+    };
+    group.bench_function("page watch, ordinary event", |b| b.iter(|| black_box(scan(&event))));
+    group.bench_function("page watch, same-room navigation", |b| b.iter(|| black_box(scan(&redirect))));
     group.finish();
 }
 

@@ -407,6 +407,12 @@ impl Control {
         if expired > 0 {
             tracing::debug!(rooms = expired, "idle rooms expired");
         }
+        if let Some(idle) = snap.config.timeouts.websocket_idle {
+            let closed = self.gateway.tunnels.close_idle(idle);
+            if closed > 0 {
+                tracing::debug!(websockets = closed, after = ?idle, "idle websockets closed (1001)");
+            }
+        }
         let now = Instant::now();
         for backend in snap.backends.iter().chain(snap.retiring.iter()) {
             if let Some(d) = backend.drain()

@@ -1,61 +1,206 @@
 //! djust's WebSocket protocol, the parts roomgate speaks: the `connect` frame it sends in the
-//! backend's place, the page URL in the client's `mount` frame, and the cheap test for a
-//! `live_redirect_mount` (live navigation). Pure functions, unit-tested and fuzzed.
+//! backend's place, and what a client message does to the page: which messages mount a page (and
+//! so a room), read the way djust itself reads them. Pure functions, unit-tested and fuzzed.
+//!
+//! djust 1.2.6 decodes a text message with `json.loads` and a binary one with msgpack, then
+//! dispatches on its `type`. Four types change what the socket shows:
+//! - `mount` and `live_redirect_mount` mount the view of their `url`;
+//! - `mount_batch` mounts one view per entry of `views`, each with its `url`;
+//! - `url_change` tells the view in place that the page moved to `uri`.
+//!
+//! The room is in the page: djust validates the URL ([`mount_page`], as its
+//! `validate_mount_url` does), decodes it once and resolves it with Django's URL patterns. A
+//! `djust:` source's regex is therefore matched on that same decoded text ([`room_of_page`]).
 
-use serde::Deserialize;
+use std::borrow::Cow;
+use std::fmt;
 
-/// Every live-navigation message starts with these bytes: client.js builds its messages with
-/// `JSON.stringify`, which keeps key order (`type` first) and adds no spaces.
-pub const LIVE_REDIRECT_PREFIX: &[u8] = br#"{"type":"live_redirect_mount""#;
+use memchr::memmem;
+use regex::Regex;
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
 
-/// The first client message did not name a page.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum MountError {
-    #[error("is not JSON text: {0}")]
-    NotJson(String),
-    #[error("has type {0:?}, expected \"mount\"")]
-    NotMount(String),
-    #[error("has no \"url\"")]
-    NoUrl,
+use crate::room_key::{self, KeyProblem};
+
+/// What a client message does to the page the socket shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Nothing: an event, a ping, an upload chunk.
+    None,
+    /// It mounts (or moves the socket to) these pages, as djust will read them (validated and
+    /// percent-decoded once).
+    Pages(Vec<String>),
+    /// It may change the page, but roomgate cannot read it exactly as djust would (duplicate keys,
+    /// JSON djust accepts and serde does not, msgpack): it is never passed on.
+    Unreadable(String),
 }
 
-#[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: std::borrow::Cow<'a, str>,
-    #[serde(default, borrow)]
-    url: Option<std::borrow::Cow<'a, str>>,
+/// Message types that change the page.
+const MOUNT: &str = "mount";
+const LIVE_REDIRECT_MOUNT: &str = "live_redirect_mount";
+const MOUNT_BATCH: &str = "mount_batch";
+const URL_CHANGE: &str = "url_change";
+
+/// True when a text message may change the page: its bytes hold the name of one of the four
+/// types (`mount` is in three of them), or a `\u` escape, the only way JSON can spell a letter
+/// of them otherwise. Every other message is passed on without being parsed: the fast path of
+/// ordinary events.
+pub fn may_change_page(payload: &[u8]) -> bool {
+    memmem::find(payload, b"mount").is_some()
+        || memmem::find(payload, b"url_change").is_some()
+        || memmem::find(payload, b"\\u").is_some()
 }
 
-/// The page path in a `mount` (or `live_redirect_mount`) message: what client.js sends as
-/// `window.location.pathname`. A full URL is cut down to its path; a query or fragment is dropped.
-pub fn page_path(payload: &[u8], expected_type: &str) -> Result<String, MountError> {
-    let msg: Message<'_> = serde_json::from_slice(payload).map_err(|e| MountError::NotJson(e.to_string()))?;
-    if msg.kind != expected_type {
-        return Err(MountError::NotMount(msg.kind.into_owned()));
+/// What a text message does to the page, read as djust reads it.
+pub fn text_effect(payload: &[u8]) -> Effect {
+    if !may_change_page(payload) {
+        return Effect::None;
     }
-    let url = msg.url.ok_or(MountError::NoUrl)?;
-    Ok(path_of(&url).to_owned())
-}
-
-/// `https://host/room/1/?x#y` and `/room/1/?x` both give `/room/1/`.
-fn path_of(url: &str) -> &str {
-    let rest = match url.find("://") {
-        Some(i) => {
-            let after = &url[i + 3..];
-            after.find('/').map_or("/", |j| &after[j..])
-        }
-        None => url,
+    let value = match serde_json::from_slice::<Strict>(payload) {
+        Ok(Strict(value)) => value,
+        Err(e) => return Effect::Unreadable(format!("not JSON roomgate can read exactly: {e}")),
     };
-    let end = rest.find(['?', '#']).unwrap_or(rest.len());
-    &rest[..end]
+    // djust calls `data.get("type")`: anything but an object fails there, and does nothing.
+    let Value::Object(msg) = value else { return Effect::None };
+    let Some(Value::String(kind)) = msg.get("type") else { return Effect::None };
+    match kind.as_str() {
+        MOUNT | LIVE_REDIRECT_MOUNT => Effect::Pages(vec![mount_page(msg.get("url"))]),
+        MOUNT_BATCH => match msg.get("views") {
+            // Entries that are not objects are skipped by djust (reported as failed).
+            Some(Value::Array(views)) => Effect::Pages(
+                views.iter().filter_map(Value::as_object).map(|view| mount_page(view.get("url"))).collect(),
+            ),
+            _ => Effect::None,
+        },
+        URL_CHANGE => match msg.get("uri") {
+            Some(Value::String(uri)) => Effect::Pages(vec![unquote(path_of(uri))]),
+            _ => Effect::None,
+        },
+        _ => Effect::None,
+    }
 }
 
-/// True when a client text message starting with `start` may be a live navigation (`start` holds
-/// the first bytes of its payload, as many as arrived, up to the prefix's length).
-pub fn may_be_live_redirect(start: &[u8]) -> bool {
-    let n = start.len().min(LIVE_REDIRECT_PREFIX.len());
-    start[..n] == LIVE_REDIRECT_PREFIX[..n]
+/// What a binary message does to the page. djust decodes a binary message with msgpack, unless
+/// it is an upload chunk (its first byte 1, 2 or 3: those never reach the decoder). Only a
+/// msgpack map can carry a `type`; one that holds the name of a page-changing type is not read
+/// further (client.js never sends one) and counts as unreadable.
+pub fn binary_effect(payload: &[u8]) -> Effect {
+    let is_map = matches!(payload.first(), Some(0x80..=0x8f | 0xde | 0xdf));
+    if is_map && (memmem::find(payload, b"mount").is_some() || memmem::find(payload, b"url_change").is_some()) {
+        return Effect::Unreadable("a msgpack message that may change the page".to_owned());
+    }
+    Effect::None
+}
+
+/// True when a binary message starting with `first` can never change the page (an upload chunk
+/// or anything else but a msgpack map), whatever follows: it is relayed as it arrives.
+pub fn binary_is_inert(first: u8) -> bool {
+    !matches!(first, 0x80..=0x8f | 0xde | 0xdf)
+}
+
+/// The page djust mounts for a message's `url`, percent-decoded once as Django resolves it.
+/// djust's `validate_mount_url` turns a missing, relative, absolute or traversing URL into `/`;
+/// this follows it rule for rule, and may reject less than it does (a URL it keeps and this
+/// rejects could put a room where roomgate sees none) but never more.
+pub fn mount_page(url: Option<&Value>) -> String {
+    match url {
+        Some(Value::String(url)) if djust_keeps(url) => unquote(url),
+        _ => "/".to_owned(),
+    }
+}
+
+/// djust's `validate_mount_url` (djust/security/mount.py): `true` when it returns the URL as it
+/// is, `false` when it falls back to `/`.
+fn djust_keeps(url: &str) -> bool {
+    if url.is_empty() || url.contains(['\r', '\n']) || !url.starts_with('/') {
+        return false;
+    }
+    // `urlparse` finds a network location after a leading `//`.
+    if let Some(rest) = url.strip_prefix("//") {
+        let netloc_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        if netloc_end > 0 {
+            return false;
+        }
+    }
+    let path = url_path(url);
+    let decoded = unquote(path);
+    if decoded.contains('\\') || decoded.chars().any(|c| (c as u32) < 0x20) {
+        return false;
+    }
+    !decoded.split('/').any(|segment| segment == "..")
+}
+
+/// `urlparse(url).path`: before the query and fragment, and without the `;params` of the last
+/// segment.
+fn url_path(url: &str) -> &str {
+    let path = path_of(url);
+    let last = path.rfind('/').map_or(0, |i| i + 1);
+    match path[last..].find(';') {
+        Some(i) => &path[..last + i],
+        None => path,
+    }
+}
+
+/// The part of a URI before its query or fragment.
+fn path_of(uri: &str) -> &str {
+    &uri[..uri.find(['?', '#']).unwrap_or(uri.len())]
+}
+
+/// Python's `urllib.parse.unquote`: every `%XX` with two hex digits decoded once, anything else
+/// kept, the bytes read as UTF-8 with invalid sequences replaced.
+pub fn unquote(text: &str) -> String {
+    if !text.contains('%') {
+        return text.to_owned();
+    }
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: Option<&u8>| b.and_then(|b| (*b as char).to_digit(16));
+        match (bytes[i], hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The room of a page (already decoded, see [`mount_page`]) by a `djust:` source's regex: the
+/// named group `room`, as Django's URL pattern would capture it. `Ok(None)`: the page has no room;
+/// `Err`: it has one that is not a valid key (never placed).
+pub fn room_of_page(re: &Regex, page: &str) -> Result<Option<String>, KeyProblem> {
+    let Some(raw) = re.captures(page).and_then(|c| c.name("room")) else { return Ok(None) };
+    room_key::validate(Cow::Borrowed(raw.as_str())).map(|key| Some(key.into_owned()))
+}
+
+/// The one room of a set of pages (a `mount_batch` may mount several): `Ok(None)` when none has a
+/// room; `Err` when they disagree or a room is invalid.
+pub fn room_of_pages(re: &Regex, pages: &[String]) -> Result<Option<String>, PagesError> {
+    let mut room: Option<Option<String>> = None;
+    for page in pages {
+        let this = room_of_page(re, page).map_err(|why| PagesError::BadKey(page.clone(), why))?;
+        match &room {
+            None => room = Some(this),
+            Some(seen) if *seen == this => {}
+            Some(_) => return Err(PagesError::TwoRooms),
+        }
+    }
+    Ok(room.flatten())
+}
+
+/// Why the pages of a message name no single room.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PagesError {
+    #[error("page {0:?}: the room {1}")]
+    BadKey(String, KeyProblem),
+    #[error("the pages belong to different rooms")]
+    TwoRooms,
 }
 
 /// The text payload of the `connect` frame roomgate sends in the backend's place. client.js only
@@ -67,8 +212,13 @@ pub fn connect_message(session_id: &str) -> String {
 /// True when a backend message is djust's `connect` greeting (which the client already had from
 /// roomgate).
 pub fn is_connect(payload: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Greeting<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Cow<'a, str>,
+    }
     payload.starts_with(br#"{"type":"connect""#)
-        || serde_json::from_slice::<Message<'_>>(payload).is_ok_and(|m| m.kind == "connect")
+        || serde_json::from_slice::<Greeting<'_>>(payload).is_ok_and(|m| m.kind == "connect")
 }
 
 /// A random session id in UUID form (version 4 layout), like the one djust sends.
@@ -86,72 +236,73 @@ pub fn session_id() -> String {
     format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
+/// A JSON value read strictly: a key twice in one object is an error (Python keeps the last
+/// one, so two `url`s would mean one thing to roomgate and another to djust).
+struct Strict(Value);
 
-    const MOUNT: &str = r#"{"type":"mount","view":"app.views.RoomView","params":{},"url":"/room/42/","has_prerendered":true,"client_timezone":"UTC"}"#;
-
-    #[test]
-    fn mount_url_is_the_page_path() {
-        assert_eq!(page_path(MOUNT.as_bytes(), "mount").as_deref(), Ok("/room/42/"));
-        let full = r#"{"type":"mount","url":"https://rooms.test/room/7/?tab=2#x"}"#;
-        assert_eq!(page_path(full.as_bytes(), "mount").as_deref(), Ok("/room/7/"));
-        let escaped = r#"{"type":"mount","url":"\/room\/a%20b\/"}"#;
-        assert_eq!(page_path(escaped.as_bytes(), "mount").as_deref(), Ok("/room/a%20b/"));
-    }
-
-    #[test]
-    fn other_first_messages_are_errors() {
-        assert_eq!(page_path(br#"{"type":"event","url":"/x/"}"#, "mount"), Err(MountError::NotMount("event".into())));
-        assert_eq!(page_path(br#"{"type":"mount"}"#, "mount"), Err(MountError::NoUrl));
-        assert!(matches!(page_path(b"not json", "mount"), Err(MountError::NotJson(_))));
-        assert!(matches!(page_path(br#"{"url":"/room/1/"}"#, "mount"), Err(MountError::NotJson(_))));
-    }
-
-    #[test]
-    fn live_redirect_prefix_is_checked_on_partial_input() {
-        let msg = br#"{"type":"live_redirect_mount","view":"v","params":{},"url":"/room/43/"}"#;
-        for n in 0..msg.len() {
-            assert!(may_be_live_redirect(&msg[..n]));
-        }
-        assert!(!may_be_live_redirect(br#"{"type":"event","event":"increment"}"#));
-        assert!(!may_be_live_redirect(br#"{"type":"ping"}"#));
-        assert_eq!(page_path(msg, "live_redirect_mount").as_deref(), Ok("/room/43/"));
-    }
-
-    #[test]
-    fn connect_greetings() {
-        let ours = connect_message(&session_id());
-        assert!(is_connect(ours.as_bytes()));
-        assert!(is_connect(br#"{"session_id": "x", "type": "connect"}"#));
-        assert!(!is_connect(br#"{"type":"mount"}"#));
-    }
-
-    #[test]
-    fn session_ids_look_like_uuid4_and_differ() {
-        let a = session_id();
-        let b = session_id();
-        assert_ne!(a, b);
-        assert_eq!(a.len(), 36);
-        assert_eq!(&a[14..15], "4");
-        assert!("89ab".contains(&a[19..20]));
-    }
-
-    proptest! {
-        #[test]
-        fn page_path_never_panics(payload in proptest::collection::vec(any::<u8>(), 0..256)) {
-            let _ = page_path(&payload, "mount");
-            let _ = is_connect(&payload);
-            let _ = may_be_live_redirect(&payload);
-        }
-
-        #[test]
-        fn page_path_of_any_url_is_a_prefix_free_path(url in "\\PC{0,80}") {
-            let msg = serde_json::json!({"type": "mount", "url": url}).to_string();
-            let path = page_path(msg.as_bytes(), "mount").unwrap();
-            prop_assert!(!path.contains('?') && !path.contains('#'));
-        }
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
     }
 }
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(Strict(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(de::Error::custom(format!("duplicate key {key:?}")));
+            }
+            let Strict(value) = map.next_value()?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -56,7 +56,11 @@ pub fn websocket_closed(
     ending: &Ending,
 ) {
     let (closed_by, proxy_code) = match ending {
-        Ending::Finished if stats.navigated => ("roomgate-navigation", Some(1012)),
+        Ending::Finished if stats.stopped.is_some() => match stats.stopped {
+            Some(1012) => ("roomgate-navigation", stats.stopped),
+            Some(1009) => ("roomgate-message-too-big", stats.stopped),
+            _ => ("roomgate-page-watch", stats.stopped),
+        },
         Ending::Finished => ("peers", None),
         Ending::ClosedByProxy(code) => ("roomgate", Some(*code)),
         Ending::CloseTimedOut(code) => ("roomgate-timeout", Some(*code)),

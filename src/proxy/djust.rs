@@ -1,11 +1,13 @@
 //! A djust socket, routed by its first message: roomgate answers the handshake itself, greets the
 //! client with djust's `connect` frame, reads the `mount` frame to learn the page (and so the
 //! room), opens the WebSocket to the room's owner with the client's headers, drops that backend's
-//! own greeting, forwards the `mount`, and relays both ways with a live-navigation watch.
+//! own greeting, forwards the `mount`, and relays both ways with the page watch
+//! ([`crate::relay::watch`]), which keeps every later page change in the room.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -23,13 +25,13 @@ use super::headers;
 use super::upgrade::{self, TunnelSpec};
 use crate::backends::Backend;
 use crate::config::{Config, OnMissing};
-use crate::djust;
-use crate::error::{BackendError, ClientError, ProxyError, close_code_for};
-use crate::relay::CLOSE_GOING_AWAY;
-use crate::relay::frame::{OP_TEXT, close_frame, frame};
+use crate::djust::{self, Effect};
+use crate::error::{BackendError, ClientError, LimitError, ProxyError, close_code_for};
+use crate::relay::frame::{OP_BINARY, OP_TEXT, Rules, close_frame, frame};
 use crate::relay::message::{self, ReadError, Rewind};
 use crate::relay::watch::NavWatch;
 use crate::room_key;
+use crate::throttle::Throttle;
 
 type Upgraded = TokioIo<hyper::upgrade::Upgraded>;
 
@@ -57,21 +59,25 @@ pub fn accept(
     regex: Regex,
     on_missing: OnMissing,
     client: SocketAddr,
-) -> Result<Response<Bytes>, ClientError> {
+) -> Result<Response<Bytes>, ProxyError> {
     let h = &parts.headers;
     if h.get(header::SEC_WEBSOCKET_VERSION).is_none_or(|v| v.as_bytes() != b"13") {
-        return Err(ClientError::BadHandshake("Sec-WebSocket-Version must be 13"));
+        return Err(ClientError::BadHandshake("Sec-WebSocket-Version must be 13").into());
     }
     let key = h.get(header::SEC_WEBSOCKET_KEY).ok_or(ClientError::BadHandshake("no Sec-WebSocket-Key"))?;
+    if !is_handshake_key(key.as_bytes()) {
+        return Err(ClientError::BadHandshake("Sec-WebSocket-Key is not 16 bytes in base64").into());
+    }
     let accept = HeaderValue::try_from(derive_accept_key(key.as_bytes()))
         .map_err(|_| ClientError::BadHandshake("unusable Sec-WebSocket-Key"))?;
+    let waiting = Waiting::enter(gateway)?;
     let mut resp = Response::new(Bytes::new());
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let rh = resp.headers_mut();
     rh.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     rh.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     rh.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
-    let session = Session { gateway: gateway.clone(), parts, regex, on_missing, client };
+    let session = Session { gateway: gateway.clone(), parts, regex, on_missing, client, waiting: Some(waiting) };
     let span = tracing::info_span!("djust", %client, room = tracing::field::Empty);
     tokio::spawn(
         async move {
@@ -85,23 +91,61 @@ pub fn accept(
     Ok(resp)
 }
 
+/// `Sec-WebSocket-Key`: 16 bytes in base64 (RFC 6455 section 4.1), 24 characters.
+fn is_handshake_key(key: &[u8]) -> bool {
+    let b64 = |b: &u8| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/';
+    key.len() == 24 && key[..21].iter().all(b64) && matches!(key[21], b'A' | b'Q' | b'g' | b'w') && &key[22..] == b"=="
+}
+
+/// A djust socket waiting for its first message, counted against `limits.max_pending_sockets`:
+/// each one holds a task and a connection until its mount arrives or `timeouts.first_message`
+/// ends it.
+struct Waiting(Arc<Gateway>);
+
+impl Waiting {
+    fn enter(gateway: &Arc<Gateway>) -> Result<Waiting, LimitError> {
+        static LOG: Throttle = Throttle::new(Duration::from_secs(1));
+        let max = gateway.snapshot().config.limits.max_pending_sockets;
+        if gateway.waiting_sockets.fetch_add(1, Ordering::AcqRel) >= max {
+            gateway.waiting_sockets.fetch_sub(1, Ordering::AcqRel);
+            gateway.metrics.refused("limits.max_pending_sockets");
+            if let Some(more) = LOG.ready() {
+                tracing::warn!(
+                    max,
+                    refused_since_last_line = more,
+                    "djust socket refused: too many waiting for their first message"
+                );
+            }
+            return Err(LimitError { limit: "limits.max_pending_sockets", max });
+        }
+        Ok(Waiting(gateway.clone()))
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.waiting_sockets.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 struct Session {
     gateway: Arc<Gateway>,
     parts: Parts,
     regex: Regex,
     on_missing: OnMissing,
     client: SocketAddr,
+    /// Until the first message is read.
+    waiting: Option<Waiting>,
 }
 
 impl Session {
-    async fn run<C: AsyncRead + AsyncWrite + Unpin + Send + 'static>(self, mut client_io: C) {
+    async fn run<C: AsyncRead + AsyncWrite + Unpin + Send + 'static>(mut self, mut client_io: C) {
         // Registered while it is being routed, so that a shutdown reaches it too.
         let pending = self.gateway.tunnels.register(None, self.gateway.none.clone());
         let ready = tokio::select! {
             ready = self.prepare(&mut client_io) => ready,
-            code = pending.handle().close_requested() => {
-                let reason = if code == CLOSE_GOING_AWAY { "roomgate is shutting down" } else { "closed by roomgate" };
-                return close(&mut client_io, code, reason).await;
+            request = pending.handle().close_requested() => {
+                return close(&mut client_io, request.code(), request.reason()).await;
             }
         };
         let Some(Ready { routed, backend_io, client_pre, backend_pre }) = ready else { return };
@@ -113,7 +157,8 @@ impl Session {
         drop(pending);
         let limit = self.gateway.snapshot().config.limits.max_first_message;
         let watch = NavWatch::new(self.regex.clone(), room, limit, metrics.djust_counter("navigated"));
-        let opts = self.gateway.tunnel_options();
+        // Extensions were not offered to the backend: no RSV bit is allowed either way.
+        let opts = self.gateway.tunnel_options(0);
         let client_io = Rewind::new(client_io, client_pre);
         let backend_io = Rewind::new(backend_io, backend_pre);
         // The relay gets a task of its own; this one, with the routing state, ends here.
@@ -122,7 +167,7 @@ impl Session {
 
     /// Greets the client, reads its mount, routes it and opens the backend's socket, with the
     /// mount sent on. `None`: the client was refused (and told why) or left.
-    async fn prepare<C: AsyncRead + AsyncWrite + Unpin>(&self, client_io: &mut C) -> Option<Ready> {
+    async fn prepare<C: AsyncRead + AsyncWrite + Unpin>(&mut self, client_io: &mut C) -> Option<Ready> {
         let snap = self.gateway.snapshot();
         let config = &snap.config;
         let greeting = djust::connect_message(&djust::session_id());
@@ -130,11 +175,18 @@ impl Session {
         let limit = config.limits.max_first_message;
         let wait = config.timeouts.first_message;
         let mut client_pre = Vec::new();
-        let read = tokio::time::timeout(wait, message::read_message(client_io, &mut client_pre, limit)).await;
+        let read =
+            tokio::time::timeout(wait, message::read_message(client_io, &mut client_pre, limit, Rules::CLIENT)).await;
         let mount = match read {
             Ok(Ok(mount)) => mount,
             Ok(Err(ReadError::TooLarge(limit))) => {
                 return self.refuse(client_io, &ClientError::FirstMessageTooLarge(limit).into(), None).await;
+            }
+            Ok(Err(ReadError::Frame(e))) => {
+                tracing::info!(error = %e, "djust socket refused: a broken frame (close 1002)");
+                self.gateway.metrics.djust("refused");
+                close(client_io, 1002, "protocol error").await;
+                return None;
             }
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "client left before its first message");
@@ -142,8 +194,10 @@ impl Session {
             }
             Err(_) => return self.refuse(client_io, &ClientError::FirstMessageTimeout(wait).into(), None).await,
         };
+        // No longer waiting: what follows is bounded by the backend's timeouts.
+        self.waiting = None;
         let started = Instant::now();
-        let routed = match self.route(&snap, &mount.payload).await {
+        let routed = match self.route(&snap, &mount).await {
             Ok(routed) => routed,
             Err(e) => return self.refuse(client_io, &e, None).await,
         };
@@ -187,18 +241,28 @@ impl Session {
         Some(Ready { routed, backend_io, client_pre, backend_pre })
     }
 
-    /// The room of the page in the `mount` frame and its owner; the shared pool for a page
-    /// without a room when the route allows it.
-    async fn route(&self, snap: &crate::snapshot::Snapshot, payload: &[u8]) -> Result<Routed, ProxyError> {
-        let room = match djust::page_path(payload, "mount") {
-            Ok(path) => room_key::room_in_path(&self.regex, &path).map_err(|why| {
-                ClientError::BadKey(room_key::KeyError {
-                    source_desc: format!("djust:{} (url {path:?})", self.regex),
+    /// The room of the page the first message mounts, and its owner; the shared pool for a page
+    /// without a room when the route allows it. A first message that may mount a page but cannot
+    /// be read exactly as djust reads it, or that mounts pages of two rooms, is refused (4400):
+    /// sending it to the shared pool could mount a room there.
+    async fn route(&self, snap: &crate::snapshot::Snapshot, first: &message::Message) -> Result<Routed, ProxyError> {
+        let effect = match first.opcode {
+            OP_BINARY => djust::binary_effect(&first.payload),
+            _ => djust::text_effect(&first.payload),
+        };
+        let room = match effect {
+            Effect::Pages(pages) => djust::room_of_pages(&self.regex, &pages).map_err(|e| match e {
+                djust::PagesError::BadKey(page, why) => ClientError::BadKey(room_key::KeyError {
+                    source_desc: format!("djust:{} (page {page:?})", self.regex),
                     why,
-                })
+                }),
+                djust::PagesError::TwoRooms => {
+                    ClientError::Ambiguous("the first message mounts pages of two rooms".into())
+                }
             })?,
-            Err(e) => {
-                tracing::debug!(error = %e, "first message names no page");
+            Effect::Unreadable(why) => return Err(ClientError::Ambiguous(format!("first message: {why}")).into()),
+            Effect::None => {
+                tracing::debug!("first message mounts no page");
                 None
             }
         };
@@ -234,10 +298,22 @@ impl Session {
         if let Some(pq) = parts.uri.path_and_query().cloned() {
             parts.uri = pq.into();
         }
+        let key = parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned();
         let t = &config.timeouts;
         let mut resp = upgrade::open(backend, Request::from_parts(parts, ()), t.connect, t.upstream_response).await?;
         if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
             return Ok(Err(resp.status()));
+        }
+        match upgrade::accepted(resp.headers(), key.as_ref().map(HeaderValue::as_bytes)) {
+            Ok(0) => {}
+            // It was offered no extension: one it accepts anyway is as wrong as a bad accept key.
+            Ok(_) => {
+                return Err(BackendError::BadUpgrade {
+                    backend: backend.id.to_string(),
+                    why: "its 101 accepts an extension never offered",
+                });
+            }
+            Err(why) => return Err(BackendError::BadUpgrade { backend: backend.id.to_string(), why }),
         }
         match hyper::upgrade::on(&mut resp).await {
             Ok(io) => Ok(Ok(TokioIo::new(io))),
@@ -282,9 +358,8 @@ async fn greeting_skipped<B: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<Vec<u8>, u16> {
     let mut buf = Vec::new();
     let limit = config.limits.max_first_message;
-    match tokio::time::timeout(config.timeouts.upstream_response, message::read_message(backend_io, &mut buf, limit))
-        .await
-    {
+    let read = message::read_message(backend_io, &mut buf, limit, Rules::SERVER);
+    match tokio::time::timeout(config.timeouts.upstream_response, read).await {
         Ok(Ok(msg)) if djust::is_connect(&msg.payload) => Ok(buf),
         Ok(Ok(msg)) => {
             let mut pre = msg.raw;

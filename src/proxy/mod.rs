@@ -46,6 +46,8 @@ pub struct Gateway {
     pub splits: AtomicU64,
     /// Metric label for a request that reached no route or no backend.
     none: Arc<str>,
+    /// djust sockets waiting for their first message (`limits.max_pending_sockets`).
+    pub(crate) waiting_sockets: std::sync::atomic::AtomicUsize,
 }
 
 /// The client connection a request came on.
@@ -91,6 +93,7 @@ impl Gateway {
             metrics: Metrics::new(),
             splits: AtomicU64::new(0),
             none: Arc::from("none"),
+            waiting_sockets: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -104,9 +107,9 @@ impl Gateway {
         self.snapshot.store(Arc::new(next));
     }
 
-    pub fn tunnel_options(&self) -> TunnelOptions {
-        let t = &self.snapshot.load().config.timeouts;
-        TunnelOptions { idle: t.websocket_idle, close_timeout: t.websocket_close }
+    /// Settings of a new tunnel whose handshake negotiated the RSV bits `rsv`.
+    pub fn tunnel_options(&self, rsv: u8) -> TunnelOptions {
+        TunnelOptions { close_timeout: self.snapshot.load().config.timeouts.websocket_close, rsv }
     }
 
     /// Serves one request. Never fails: errors become responses here, and each is logged once.
@@ -219,7 +222,7 @@ impl Gateway {
                 self.metrics.upstream_latency(&backend.id, started.elapsed());
                 backend.record_success(h.rise)
             }
-            Err(BackendError::Connect { .. } | BackendError::Failed { .. }) => {
+            Err(BackendError::Connect { .. } | BackendError::Failed { .. } | BackendError::BadUpgrade { .. }) => {
                 backend.record_failure(h.fall, h.cooldown)
             }
             Err(_) => None,

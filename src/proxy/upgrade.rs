@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use http::header::{self, HeaderMap};
 use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
 use hyper::upgrade::OnUpgrade;
@@ -22,6 +23,7 @@ use crate::directory::{Presence, Use};
 use crate::error::BackendError;
 use crate::relay::watch::NavWatch;
 use crate::relay::{self, Registration, TunnelOptions};
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 /// Where a tunnel goes and what to log when it ends.
 pub struct TunnelSpec {
@@ -31,7 +33,9 @@ pub struct TunnelSpec {
 }
 
 /// Sends the handshake `req` (headers already prepared) to the backend. Returns the backend's
-/// answer: a 101, after which the tunnel runs in its own task, or a refusal, passed on as is.
+/// answer: a 101 that completes this handshake, after which the tunnel runs in its own task, or a
+/// refusal, passed on as is. A 101 that is not a WebSocket's for this handshake is the backend's
+/// failure (502): no tunnel starts on it.
 pub async fn forward(
     gateway: &Arc<Gateway>,
     req: Request<()>,
@@ -40,11 +44,14 @@ pub async fn forward(
     connect_timeout: Duration,
     response_timeout: Duration,
 ) -> Result<Response<hyper::body::Incoming>, BackendError> {
+    let key = req.headers().get(header::SEC_WEBSOCKET_KEY).cloned();
     let mut resp = open(&spec.backend, req, connect_timeout, response_timeout).await?;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        let rsv = accepted(resp.headers(), key.as_ref().map(http::HeaderValue::as_bytes))
+            .map_err(|why| BackendError::BadUpgrade { backend: spec.backend.id.to_string(), why })?;
         let backend_upgrade = hyper::upgrade::on(&mut resp);
         let held = hold(gateway, &spec);
-        let opts = gateway.tunnel_options();
+        let opts = gateway.tunnel_options(rsv);
         let span = tracing::info_span!("tunnel", room = spec.room.as_deref(), backend = %spec.backend.id);
         // Waits for both upgrades, then hands the tunnel to a task of its own, so that the
         // long-lived task holds only the relay.
@@ -61,6 +68,51 @@ pub async fn forward(
         });
     }
     Ok(resp)
+}
+
+/// Checks that a backend's 101 completes the WebSocket handshake whose `Sec-WebSocket-Key` was
+/// `key` (RFC 6455 section 4.1: `Upgrade: websocket`, `Connection: upgrade`, the matching
+/// `Sec-WebSocket-Accept`). Returns the RSV bits the extensions it accepted may use.
+pub fn accepted(headers: &HeaderMap, key: Option<&[u8]>) -> Result<u8, &'static str> {
+    let has = |name: header::HeaderName, token: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    };
+    if !has(header::UPGRADE, "websocket") {
+        return Err("its 101 has no Upgrade: websocket");
+    }
+    if !has(header::CONNECTION, "upgrade") {
+        return Err("its 101 has no Connection: upgrade");
+    }
+    let expected = key.map(derive_accept_key);
+    match (headers.get(header::SEC_WEBSOCKET_ACCEPT), expected) {
+        (Some(got), Some(want)) if got.as_bytes() == want.as_bytes() => {}
+        _ => return Err("its 101 has a wrong or missing Sec-WebSocket-Accept"),
+    }
+    Ok(extension_rsv(headers))
+}
+
+/// The RSV bits of the extensions a 101 accepted: permessage-deflate (and its older webkit form)
+/// use RSV1; an extension roomgate does not know may use any.
+fn extension_rsv(headers: &HeaderMap) -> u8 {
+    let names = headers
+        .get_all(header::SEC_WEBSOCKET_EXTENSIONS)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|ext| ext.split(';').next())
+        .map(str::trim)
+        .filter(|name| !name.is_empty());
+    names.fold(0, |rsv, name| {
+        rsv | match name.to_ascii_lowercase().as_str() {
+            "permessage-deflate" | "x-webkit-deflate-frame" => 0x40,
+            _ => 0x70,
+        }
+    })
 }
 
 /// Opens a connection of its own to the backend and sends it the handshake `req`.
@@ -113,7 +165,7 @@ pub fn hold(gateway: &Arc<Gateway>, spec: &TunnelSpec) -> (Registration, Option<
     if let Some(room) = spec.room.as_deref()
         && gateway.directory.owner(room).as_deref() != Some(&*backend.id)
     {
-        registration.handle().request_close(crate::relay::CLOSE_SERVICE_RESTART);
+        registration.handle().request_close(crate::relay::CloseRequest::Moving);
     }
     (registration, presence)
 }
@@ -167,9 +219,26 @@ mod tests {
         let reg = tunnels.register(Some("room".into()), backend.id.clone());
         let (a, b) = tokio::io::duplex(64);
         let spec = super::TunnelSpec { client: "127.0.0.1:2".parse().unwrap(), room: Some("room".into()), backend };
-        let opts = crate::relay::TunnelOptions { idle: None, close_timeout: std::time::Duration::from_secs(1) };
+        let opts = crate::relay::TunnelOptions { close_timeout: std::time::Duration::from_secs(1), rsv: 0 };
         let fut = super::run(a, b, (reg, None), spec, opts, None);
         let size = std::mem::size_of_val(&fut);
         assert!(size <= 640, "the tunnel future takes {size} bytes");
+    }
+
+    #[test]
+    fn a_101_must_complete_this_websocket_handshake() {
+        use http::HeaderValue;
+        let key = b"dGhlIHNhbXBsZSBub25jZQ==";
+        let mut h = http::HeaderMap::new();
+        h.insert("upgrade", HeaderValue::from_static("websocket"));
+        h.insert("connection", HeaderValue::from_static("Upgrade"));
+        h.insert("sec-websocket-accept", HeaderValue::from_static("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="));
+        assert_eq!(super::accepted(&h, Some(key)), Ok(0));
+        assert!(super::accepted(&h, Some(b"another key AAAAAAAAAA==")).is_err(), "the accept of another key");
+        assert!(super::accepted(&h, None).is_err());
+        h.insert("sec-websocket-extensions", HeaderValue::from_static("permessage-deflate; client_max_window_bits"));
+        assert_eq!(super::accepted(&h, Some(key)), Ok(0x40));
+        h.insert("upgrade", HeaderValue::from_static("h2c"));
+        assert!(super::accepted(&h, Some(key)).is_err());
     }
 }

@@ -9,6 +9,52 @@ pub const OP_CLOSE: u8 = 0x8;
 /// Close code for a close frame with no status code (RFC 6455 section 7.4.1, never sent on the wire).
 pub const NO_STATUS: u16 = 1005;
 
+/// What a peer's frames must look like (RFC 6455 section 5.2): a client's masked and a server's
+/// not, RSV bits only where a negotiated extension defines them, known opcodes, fragments in
+/// order, close frames with no body or at least a status code. A relay that passed anything else
+/// on could be made to carry frames the next hop reads differently.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rules {
+    /// `Some(masked)`: checked; `None`: any (a tracker that only follows boundaries).
+    pub masked: Option<bool>,
+    /// RSV bits (of 0x70) the negotiated extensions allow.
+    pub rsv: u8,
+}
+
+impl Rules {
+    /// Frames from a client: masked.
+    pub const CLIENT: Rules = Rules { masked: Some(true), rsv: 0 };
+    /// Frames from a server: unmasked.
+    pub const SERVER: Rules = Rules { masked: Some(false), rsv: 0 };
+
+    /// The same rules with the RSV bits of the negotiated extensions allowed.
+    pub fn with_rsv(self, rsv: u8) -> Rules {
+        Rules { rsv: rsv & 0x70, ..self }
+    }
+
+    /// Checks a frame from its first two bytes; `in_message` follows fragmentation (a data frame
+    /// without FIN opens a message, its last continuation closes it).
+    pub fn check(&self, b0: u8, b1: u8, in_message: &mut bool) -> Result<(), FrameError> {
+        let Some(masked) = self.masked else { return Ok(()) };
+        let opcode = b0 & 0x0f;
+        if b0 & 0x70 & !self.rsv != 0 {
+            return Err(FrameError::ReservedBits(b0 & 0x70));
+        }
+        if (b1 & 0x80 != 0) != masked {
+            return Err(if masked { FrameError::Unmasked } else { FrameError::Masked });
+        }
+        match opcode {
+            OP_CONTINUATION if !*in_message => return Err(FrameError::Fragmentation),
+            OP_TEXT | OP_BINARY if *in_message => return Err(FrameError::Fragmentation),
+            OP_CONTINUATION | OP_TEXT | OP_BINARY => *in_message = b0 & 0x80 == 0,
+            OP_CLOSE if b1 & 0x7f == 1 => return Err(FrameError::CloseLength),
+            OP_CLOSE | OP_PING | OP_PONG => {}
+            other => return Err(FrameError::ReservedOpcode(other)),
+        }
+        Ok(())
+    }
+}
+
 /// Tracks where frames begin and end in one direction of a WebSocket connection.
 #[derive(Clone, Debug, Default)]
 pub struct FrameTracker {
@@ -25,6 +71,9 @@ pub struct FrameTracker {
     code: [u8; 2],
     frames: u64,
     close_code: Option<u16>,
+    rules: Rules,
+    /// A fragmented data message is in progress (with strict rules).
+    in_message: bool,
 }
 
 /// What a call to [`FrameTracker::feed`] saw in its chunk.
@@ -45,11 +94,29 @@ pub enum FrameError {
     ControlTooLong(u8),
     #[error("control frame (opcode {0:#x}) is fragmented")]
     ControlFragmented(u8),
+    #[error("a client frame is not masked")]
+    Unmasked,
+    #[error("a server frame is masked")]
+    Masked,
+    #[error("reserved bits {0:#x} set without an extension that defines them")]
+    ReservedBits(u8),
+    #[error("reserved opcode {0:#x}")]
+    ReservedOpcode(u8),
+    #[error("data frames out of order (a continuation without a message, or a message inside another)")]
+    Fragmentation,
+    #[error("a close frame with a one-byte body")]
+    CloseLength,
 }
 
 impl FrameTracker {
+    /// A tracker that follows boundaries and accepts any well-formed header.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A tracker that also enforces `rules` on every frame.
+    pub fn strict(rules: Rules) -> Self {
+        FrameTracker { rules, ..Self::default() }
     }
 
     /// True between two frames: a frame of the relay's own can be inserted here.
@@ -111,6 +178,7 @@ impl FrameTracker {
             used += take;
             if have < 2 && self.head_len >= 2 {
                 self.check_control()?;
+                self.rules.check(self.head[0], self.head[1], &mut self.in_message)?;
             }
         }
         self.start_payload()?;
@@ -122,13 +190,7 @@ impl FrameTracker {
         if self.head_len < 2 {
             return 2;
         }
-        let b1 = self.head[1];
-        let ext = match b1 & 0x7f {
-            126 => 2,
-            127 => 8,
-            _ => 0,
-        };
-        2 + ext + if b1 & 0x80 != 0 { 4 } else { 0 }
+        head_len(self.head[1])
     }
 
     /// Control frames are short and whole; known from the first two header bytes.
@@ -199,8 +261,24 @@ impl FrameTracker {
 
 /// Opcode of a text frame.
 pub const OP_TEXT: u8 = 0x1;
+/// Opcode of a binary frame.
+pub const OP_BINARY: u8 = 0x2;
 /// Opcode of a continuation frame.
 pub const OP_CONTINUATION: u8 = 0x0;
+/// Opcode of a ping frame.
+pub const OP_PING: u8 = 0x9;
+/// Opcode of a pong frame.
+pub const OP_PONG: u8 = 0xA;
+
+/// Length of a frame header whose second byte is `b1` (2 to 14).
+pub fn head_len(b1: u8) -> usize {
+    let ext = match b1 & 0x7f {
+        126 => 2,
+        127 => 8,
+        _ => 0,
+    };
+    2 + ext + if b1 & 0x80 != 0 { 4 } else { 0 }
+}
 
 /// A frame header parsed from a contiguous slice (see [`parse_head`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -275,9 +353,11 @@ pub fn frame(opcode: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
     out
 }
 
-/// A close frame with `code` and a short `reason`, masked with `mask` when sent to a server.
+/// A close frame with `code` and a short `reason`, masked with `mask` when sent to a server. A
+/// reason over the 123 bytes a close frame has room for is cut at a character boundary: the
+/// peer must get valid UTF-8 (RFC 6455 section 5.5.1).
 pub fn close_frame(code: u16, reason: &str, mask: Option<[u8; 4]>) -> Vec<u8> {
-    let reason = &reason.as_bytes()[..reason.len().min(123)];
+    let reason = reason.as_bytes().get(..reason.floor_char_boundary(123)).unwrap_or_default();
     let mut payload = Vec::with_capacity(2 + reason.len());
     payload.extend_from_slice(&code.to_be_bytes());
     payload.extend_from_slice(reason);

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
-use super::frame::{FrameError, OP_CLOSE, parse_head, unmask};
+use super::frame::{FrameError, OP_CLOSE, OP_TEXT, Rules, parse_head, unmask};
 
 /// One data message read off the wire.
 #[derive(Debug)]
@@ -16,6 +16,8 @@ pub struct Message {
     pub raw: Vec<u8>,
     /// The unmasked payload of its data frames.
     pub payload: Vec<u8>,
+    /// Text or binary.
+    pub opcode: u8,
 }
 
 /// Why no message was read.
@@ -33,20 +35,24 @@ pub enum ReadError {
     Io(#[from] io::Error),
 }
 
-/// Reads until `buf` holds one whole data message at its start, at most `limit` bytes of frames.
-/// Returns the message; bytes read beyond it stay in `buf`.
+/// Reads until `buf` holds one whole data message at its start, at most `limit` bytes of frames,
+/// each frame checked against `rules`. Returns the message; bytes read beyond it stay in `buf`.
 pub async fn read_message<R: AsyncRead + Unpin>(
     io: &mut R,
     buf: &mut Vec<u8>,
     limit: usize,
+    rules: Rules,
 ) -> Result<Message, ReadError> {
     let mut payload = Vec::new();
+    let mut opcode = OP_TEXT;
     let mut at = 0;
+    let mut in_message = false;
     loop {
         let Some(head) = parse_head(&buf[at..])? else {
             fill(io, buf, limit).await?;
             continue;
         };
+        rules.check(buf[at], buf[at + 1], &mut in_message)?;
         let end = at as u64 + head.frame_len();
         if end > limit as u64 {
             return Err(ReadError::TooLarge(limit));
@@ -63,12 +69,15 @@ pub async fn read_message<R: AsyncRead + Unpin>(
             return Err(ReadError::Closed(code));
         }
         if head.opcode & 0x8 == 0 {
+            if head.opcode != 0 {
+                opcode = head.opcode;
+            }
             payload.extend_from_slice(&buf[at + head.len..end]);
             unmask(&mut payload[start..], head.mask, 0);
             if head.fin {
                 let rest = buf.split_off(end);
                 let raw = std::mem::replace(buf, rest);
-                return Ok(Message { raw, payload });
+                return Ok(Message { raw, payload, opcode });
             }
         }
         at = end;
@@ -138,7 +147,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relay::frame::{OP_CONTINUATION, OP_TEXT, frame};
+    use crate::relay::frame::{OP_CONTINUATION, frame};
 
     const MASK: Option<[u8; 4]> = Some([1, 2, 3, 4]);
 
@@ -150,7 +159,7 @@ mod tests {
         wire.extend(frame(OP_TEXT, b"next", MASK));
         let mut io = &wire[..];
         let mut buf = Vec::new();
-        let msg = read_message(&mut io, &mut buf, 1024).await.unwrap();
+        let msg = read_message(&mut io, &mut buf, 1024, Rules::CLIENT).await.unwrap();
         assert_eq!(msg.payload, br#"{"type":"mount"}"#);
         assert_eq!(msg.raw.len() + buf.len() + io.len(), wire.len());
         assert_eq!(msg.raw, wire[..first_len]);
@@ -160,13 +169,25 @@ mod tests {
     async fn limits_and_closes_are_errors() {
         let wire = frame(OP_TEXT, &[b'x'; 2000], MASK);
         let mut buf = Vec::new();
-        assert!(matches!(read_message(&mut &wire[..], &mut buf, 1024).await, Err(ReadError::TooLarge(1024))));
+        assert!(matches!(
+            read_message(&mut &wire[..], &mut buf, 1024, Rules::CLIENT).await,
+            Err(ReadError::TooLarge(1024))
+        ));
         let wire = frame(OP_CLOSE, &4429u16.to_be_bytes(), None);
         let mut buf = Vec::new();
-        assert!(matches!(read_message(&mut &wire[..], &mut buf, 1024).await, Err(ReadError::Closed(Some(4429)))));
+        assert!(matches!(
+            read_message(&mut &wire[..], &mut buf, 1024, Rules::SERVER).await,
+            Err(ReadError::Closed(Some(4429)))
+        ));
         let wire = frame(OP_TEXT, b"cut", MASK);
         let mut buf = Vec::new();
-        assert!(matches!(read_message(&mut &wire[..4], &mut buf, 1024).await, Err(ReadError::Eof)));
+        assert!(matches!(read_message(&mut &wire[..4], &mut buf, 1024, Rules::CLIENT).await, Err(ReadError::Eof)));
+        let wire = frame(OP_TEXT, b"unmasked", None);
+        let mut buf = Vec::new();
+        assert!(matches!(
+            read_message(&mut &wire[..], &mut buf, 1024, Rules::CLIENT).await,
+            Err(ReadError::Frame(FrameError::Unmasked))
+        ));
     }
 
     #[tokio::test]
@@ -176,8 +197,9 @@ mod tests {
         let mut wire = first;
         wire.extend(frame(OP_CONTINUATION, b"cd", MASK));
         let mut buf = Vec::new();
-        let msg = read_message(&mut &wire[..], &mut buf, 1024).await.unwrap();
+        let msg = read_message(&mut &wire[..], &mut buf, 1024, Rules::CLIENT).await.unwrap();
         assert_eq!(msg.payload, b"abcd");
+        assert_eq!(msg.opcode, OP_TEXT);
     }
 
     #[tokio::test]

@@ -17,9 +17,10 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use pump::{Pump, PumpError, PumpStats, Side, mask_key};
-pub use registry::{Registration, TunnelHandle, Tunnels};
+pub use registry::{CloseRequest, Registration, TunnelHandle, Tunnels};
 
-/// Close code roomgate sends to clients when it shuts down (going away).
+/// Close code roomgate sends to clients when it shuts down, or closes an idle socket (going
+/// away).
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 /// Close code roomgate sends when a backend is drained or the room must move (service restart).
 pub const CLOSE_SERVICE_RESTART: u16 = 1012;
@@ -27,10 +28,10 @@ pub const CLOSE_SERVICE_RESTART: u16 = 1012;
 /// Per-tunnel settings.
 #[derive(Clone, Copy, Debug)]
 pub struct TunnelOptions {
-    /// Close after this long with no bytes either way; `None`: never.
-    pub idle: Option<Duration>,
     /// After roomgate sends its close frames, how long to wait for the replies.
     pub close_timeout: Duration,
+    /// RSV bits the handshake's negotiated extensions allow (permessage-deflate: 0x40).
+    pub rsv: u8,
 }
 
 /// How a tunnel ended.
@@ -46,8 +47,8 @@ pub enum Ending {
     Failed(PumpError),
 }
 
-/// Relays one tunnel until it ends, closing it cleanly when `handle` is asked to or when it has
-/// been idle for `opts.idle`.
+/// Relays one tunnel until it ends, closing it cleanly when `handle` is asked to (shutdown, a
+/// room move, idleness: [`Tunnels::close_idle`] reads the activity the relay records in it).
 pub fn run<C, B>(
     client: C,
     backend: B,
@@ -59,24 +60,24 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut pump = Pump::new(client, backend);
+    let mut pump = Pump::new(client, backend, opts.rsv);
     if let Some(watch) = watch {
         pump.watch(watch);
     }
-    let idle = opts.idle.map(|d| (Box::pin(tokio::time::sleep(d)), pump.activity()));
-    Relay { pump, handle, opts, idle, closing: None }
+    Relay { pump, handle, opts, seen: 0, closing: None }
 }
 
 /// The future of one tunnel. Written out rather than `async`, because an idle tunnel's memory is
-/// mostly this value: it holds the pump and nothing else per tunnel but two optional timers,
-/// boxed and present only when an idle timeout is configured or while the tunnel closes. A close
-/// request wakes it through the handle's waker slot.
+/// mostly this value: it holds the pump and nothing else per tunnel but the close deadline, boxed
+/// and present only while the tunnel closes. There is no idle timer per tunnel: the relay records
+/// activity in its handle and the maintenance tick closes the idle ones. A close request wakes it
+/// through the handle's waker slot.
 pub struct Relay<C, B> {
     pump: Pump<C, B>,
     handle: Arc<TunnelHandle>,
     opts: TunnelOptions,
-    /// The idle timer and the pump's activity count when it was last armed.
-    idle: Option<(Pin<Box<tokio::time::Sleep>>, u64)>,
+    /// The pump's activity count last recorded in the handle.
+    seen: u64,
     /// Closing with this code; the deadline for the peers' replies.
     closing: Option<(u16, Pin<Box<tokio::time::Sleep>>)>,
 }
@@ -103,31 +104,13 @@ where
         if let Poll::Ready(result) = Pin::new(&mut this.pump).poll(cx) {
             return Poll::Ready(finished(&this.pump, result, Ending::Finished));
         }
-        let mut code = match this.handle.poll_close(cx) {
-            Poll::Ready(code) => Some(code),
-            Poll::Pending => None,
-        };
-        if let Some((sleep, seen)) = this.idle.as_mut()
-            && code.is_none()
-        {
-            let period = this.opts.idle.unwrap_or_default();
-            while sleep.as_mut().poll(cx).is_ready() {
-                if this.pump.activity() == *seen {
-                    code = Some(CLOSE_GOING_AWAY);
-                    break;
-                }
-                *seen = this.pump.activity();
-                sleep.as_mut().reset(tokio::time::Instant::now() + period);
-            }
+        if this.pump.activity() != this.seen {
+            this.seen = this.pump.activity();
+            this.handle.touch();
         }
-        let Some(code) = code else { return Poll::Pending };
-        let reason = match code {
-            CLOSE_GOING_AWAY => "roomgate is shutting down",
-            CLOSE_SERVICE_RESTART => "room is moving to another backend",
-            _ => "",
-        };
-        this.idle = None;
-        this.pump.close(code, reason);
+        let Poll::Ready(request) = this.handle.poll_close(cx) else { return Poll::Pending };
+        let code = request.code();
+        this.pump.close(code, request.reason());
         this.closing = Some((code, Box::pin(tokio::time::sleep(this.opts.close_timeout))));
         // Poll again at once: the close frames go out and the deadline is armed.
         self.poll(cx)

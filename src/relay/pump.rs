@@ -13,8 +13,8 @@ use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::frame::{FrameError, FrameTracker, close_frame};
-use super::watch::{NavWatch, Scan};
+use super::frame::{FrameError, FrameTracker, Rules, close_frame};
+use super::watch::{NavWatch, Stop};
 
 /// Reads per direction per poll before yielding to other tasks.
 const READS_PER_POLL: usize = 16;
@@ -55,8 +55,9 @@ pub struct PumpStats {
     pub backend_close: Option<u16>,
     /// A peer sent a frame header that cannot be valid.
     pub protocol_error: Option<(Side, FrameError)>,
-    /// The client navigated to a page outside the socket's room; roomgate closed it with 1012.
-    pub navigated: bool,
+    /// The page watch stopped the client's stream (djust sockets): navigation out of the room
+    /// (1012), an unreadable page change (4400), a message too big to classify (1009).
+    pub stopped: Option<u16>,
 }
 
 /// Relays bytes between `client` and `backend` in both directions until both are done.
@@ -102,16 +103,23 @@ struct Direction {
     src_eof: bool,
     needs_flush: bool,
     bytes: u64,
-    /// Live-navigation watch (client stream of a djust socket only).
+    /// Page watch (client stream of a djust socket only).
     watch: Option<Box<NavWatch>>,
-    /// The watch saw navigation out of the room: the other direction must close the client.
-    navigated: bool,
+    /// The watch stopped the stream with this close code: the other direction must close the
+    /// client with it.
+    stopped: Option<(u16, &'static str)>,
 }
 
 /// What went wrong in one direction.
 enum DirError {
     Io(Side, io::Error),
     Frame(FrameError),
+}
+
+impl From<FrameError> for DirError {
+    fn from(e: FrameError) -> Self {
+        DirError::Frame(e)
+    }
 }
 
 // === impl Pump ===
@@ -121,12 +129,15 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    pub fn new(client: C, backend: B) -> Self {
+    /// A pump whose peers must follow RFC 6455's framing: the client's frames masked, the
+    /// backend's not, and RSV bits only as `rsv` (those of the extensions the handshake
+    /// negotiated) allows.
+    pub fn new(client: C, backend: B, rsv: u8) -> Self {
         Pump {
             client,
             backend,
-            up: Direction::new(Side::Client),
-            down: Direction::new(Side::Backend),
+            up: Direction::new(Side::Client, Rules::CLIENT.with_rsv(rsv)),
+            down: Direction::new(Side::Backend, Rules::SERVER.with_rsv(rsv)),
             protocol_error: None,
             activity: 0,
         }
@@ -140,7 +151,7 @@ where
         self.up.request_close(close_frame(1001, "", Some(mask_key())), After::AwaitReply);
     }
 
-    /// Watches the client stream for live navigation out of the socket's room (djust).
+    /// Watches the client stream for page changes out of the socket's room (djust).
     pub fn watch(&mut self, watch: NavWatch) {
         self.up.watch = Some(Box::new(watch));
     }
@@ -152,7 +163,7 @@ where
             client_close: self.up.tracker.close_code(),
             backend_close: self.down.tracker.close_code(),
             protocol_error: self.protocol_error,
-            navigated: self.up.navigated,
+            stopped: self.up.stopped.map(|(code, _)| code),
         }
     }
 
@@ -208,10 +219,12 @@ where
                     _ => {}
                 }
             }
-            if this.up.navigated && this.down.phase == Phase::Relay {
-                // The client asked for a page of another room: tell it to reconnect (1012), and
-                // client.js mounts the new page on that room's owner.
-                this.down.request_close(close_frame(1012, "room changed: reconnect", None), After::AwaitReply);
+            if let Some((code, reason)) = this.up.stopped
+                && this.down.phase == Phase::Relay
+            {
+                // The watch stopped the client's stream: tell the client why. After 1012 (a page
+                // of another room) client.js reconnects and mounts the new page on its owner.
+                this.down.request_close(close_frame(code, reason, None), After::AwaitReply);
                 again = true;
             }
             if again {
@@ -228,10 +241,10 @@ where
 // === impl Direction ===
 
 impl Direction {
-    fn new(src: Side) -> Self {
+    fn new(src: Side, rules: Rules) -> Self {
         Direction {
             src,
-            tracker: FrameTracker::new(),
+            tracker: FrameTracker::strict(rules),
             phase: Phase::Relay,
             pending: Vec::new(),
             pending_pos: 0,
@@ -240,7 +253,7 @@ impl Direction {
             needs_flush: false,
             bytes: 0,
             watch: None,
-            navigated: false,
+            stopped: None,
         }
     }
 
@@ -278,7 +291,11 @@ impl Direction {
             ready!(self.poll_flush_pending(cx, dst)).map_err(io_dst)?;
             match self.phase {
                 Phase::Done => return Poll::Ready(Ok(())),
-                Phase::Closing(after) if self.tracker.at_boundary() => {
+                // A watch that holds bytes back has written up to a frame boundary: the close
+                // goes at once, and what it held is dropped, never passed on unread.
+                Phase::Closing(after)
+                    if self.tracker.at_boundary() || self.watch.as_ref().is_some_and(|w| w.is_holding()) =>
+                {
                     self.inject_close(after);
                     continue;
                 }
@@ -326,13 +343,10 @@ impl Direction {
         dst: &mut D,
     ) -> Result<(), DirError> {
         let feed = self.tracker.feed(data).map_err(DirError::Frame)?;
-        if self.phase != Phase::Relay
-            && let Some(mut watch) = self.watch.take()
-        {
-            // Closing: nothing is inspected any more; bytes held back go first.
-            let held = watch.take_held();
-            self.bytes += held.len() as u64;
-            self.write(cx, &held, dst)?;
+        if self.phase != Phase::Relay {
+            // Closing (at a boundary of what was written, or `inject_close` would have run):
+            // nothing is inspected any more.
+            self.watch = None;
         }
         match self.phase {
             Phase::Relay if self.watch.is_some() => self.relay_watched(cx, data, dst),
@@ -371,34 +385,37 @@ impl Direction {
         }
     }
 
-    /// Relays a chunk of a watched client stream: frames that may be a live navigation are held
-    /// until whole; one that leaves the room is dropped and the backend gets a close (1001).
+    /// Relays a chunk of a watched client stream: messages are read whole and classified before
+    /// they are written; one that changes the page out of the room stops the stream, and the
+    /// backend gets a close (1001).
     fn relay_watched<D: AsyncWrite + Unpin>(
         &mut self,
         cx: &mut Context<'_>,
         data: &[u8],
         dst: &mut D,
     ) -> Result<(), DirError> {
-        let Some(watch) = self.watch.as_mut() else { return Ok(()) };
-        match watch.scan(data).map_err(DirError::Frame)? {
-            Scan::Write(out) => {
-                self.bytes += out.as_slice().len() as u64;
-                self.write(cx, out.as_slice(), dst)
-            }
-            Scan::Navigate(out, path) => {
-                tracing::info!(room = watch.room(), to = %path, "live navigation out of the room: closing the socket (1012)");
-                self.watch = None;
-                self.bytes += out.as_slice().len() as u64;
-                self.write(cx, out.as_slice(), dst)?;
-                self.close = close_frame(1001, "", Some(mask_key()));
-                self.inject_close(After::AwaitReply);
-                self.navigated = true;
-                Ok(())
-            }
+        let Some(mut watch) = self.watch.take() else { return Ok(()) };
+        let scanned = watch.scan(data, |bytes| {
+            self.bytes += bytes.len() as u64;
+            self.write(cx, bytes, dst)
+        });
+        let Some(stop) = scanned? else {
+            self.watch = Some(watch);
+            return Ok(());
+        };
+        match &stop {
+            Stop::Navigated(_) => tracing::info!(room = watch.room(), %stop, "closing the socket (1012)"),
+            _ => tracing::info!(room = watch.room(), %stop, close_code = stop.code(), "closing the socket"),
         }
+        self.close = close_frame(1001, "", Some(mask_key()));
+        self.inject_close(After::AwaitReply);
+        self.stopped = Some((stop.code(), stop.reason()));
+        Ok(())
     }
 
     fn inject_close(&mut self, after: After) {
+        // A watch still holding bytes: they are dropped with it.
+        self.watch = None;
         let frame = std::mem::take(&mut self.close);
         self.pending.extend_from_slice(&frame);
         self.phase = Phase::ShutdownDst(after);

@@ -2,10 +2,10 @@
 //! forgets a connection once it is upgraded, so roomgate keeps this list itself.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use futures_util::task::AtomicWaker;
 use tokio::sync::Notify;
@@ -31,8 +31,76 @@ pub struct TunnelHandle {
     pub id: u64,
     pub room: Option<Box<str>>,
     pub backend: Arc<str>,
-    close_code: AtomicU16,
+    /// The close requested, as [`CloseRequest::bits`]; 0: none.
+    close_request: AtomicU32,
     close: AtomicWaker,
+    /// When a byte last went through, in milliseconds since the process started.
+    active_ms: AtomicU64,
+}
+
+/// Why roomgate closes a tunnel: the close code and the reason its close frame gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseRequest {
+    /// roomgate is shutting down (1001).
+    Shutdown,
+    /// No byte either way for `timeouts.websocket_idle` (1001).
+    Idle,
+    /// The room moves to another backend: drain deadline, owner down, fleet decision (1012).
+    Moving,
+    /// Any other code, without a reason.
+    Code(u16),
+}
+
+impl CloseRequest {
+    pub fn code(self) -> u16 {
+        match self {
+            CloseRequest::Shutdown | CloseRequest::Idle => super::CLOSE_GOING_AWAY,
+            CloseRequest::Moving => super::CLOSE_SERVICE_RESTART,
+            CloseRequest::Code(code) => code,
+        }
+    }
+
+    pub fn reason(self) -> &'static str {
+        match self {
+            CloseRequest::Shutdown => "roomgate is shutting down",
+            CloseRequest::Idle => "idle timeout",
+            CloseRequest::Moving => "room is moving to another backend",
+            CloseRequest::Code(_) => "",
+        }
+    }
+
+    /// The code in the low 16 bits, the kind above: one atomic word, so that the first request
+    /// wins whole.
+    fn bits(self) -> u32 {
+        let kind = match self {
+            CloseRequest::Shutdown => 1,
+            CloseRequest::Idle => 2,
+            CloseRequest::Moving => 3,
+            CloseRequest::Code(_) => 4,
+        };
+        kind << 16 | u32::from(self.code())
+    }
+
+    fn from_bits(bits: u32) -> Option<CloseRequest> {
+        Some(match bits >> 16 {
+            0 => return None,
+            1 => CloseRequest::Shutdown,
+            2 => CloseRequest::Idle,
+            3 => CloseRequest::Moving,
+            _ => CloseRequest::Code(bits as u16),
+        })
+    }
+}
+
+impl From<u16> for CloseRequest {
+    /// A bare code: roomgate's own codes get their reasons.
+    fn from(code: u16) -> Self {
+        match code {
+            super::CLOSE_GOING_AWAY => CloseRequest::Shutdown,
+            super::CLOSE_SERVICE_RESTART => CloseRequest::Moving,
+            code => CloseRequest::Code(code),
+        }
+    }
 }
 
 /// Removes its tunnel from the registry when dropped.
@@ -46,8 +114,14 @@ pub struct Registration {
 impl Tunnels {
     pub fn register(self: &Arc<Self>, room: Option<Box<str>>, backend: Arc<str>) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let handle =
-            Arc::new(TunnelHandle { id, room, backend, close_code: AtomicU16::new(0), close: AtomicWaker::new() });
+        let handle = Arc::new(TunnelHandle {
+            id,
+            room,
+            backend,
+            close_request: AtomicU32::new(0),
+            close: AtomicWaker::new(),
+            active_ms: AtomicU64::new(now_ms()),
+        });
         let mut open = self.lock();
         if let Some(room) = &handle.room {
             open.by_room.entry(room.clone()).or_default().push(id);
@@ -65,24 +139,44 @@ impl Tunnels {
         self.len() == 0
     }
 
-    /// Asks every open tunnel to close with `code`; returns how many were asked.
-    pub fn close_all(&self, code: u16) -> usize {
+    /// Asks every open tunnel to close; returns how many were asked.
+    pub fn close_all(&self, request: impl Into<CloseRequest>) -> usize {
+        let request = request.into();
         let handles: Vec<Arc<TunnelHandle>> = self.lock().by_id.values().cloned().collect();
         for h in &handles {
-            h.request_close(code);
+            h.request_close(request);
         }
         handles.len()
     }
 
-    /// Asks the tunnels of `room` to `backend` to close with `code`; returns how many.
-    pub fn close_room(&self, room: &str, backend: &str, code: u16) -> usize {
+    /// Asks the tunnels with no byte either way for `idle` to close (1001, "idle timeout");
+    /// returns how many. Run by the maintenance tick: one walk of the table, and no timer per
+    /// tunnel (an idle tunnel's memory stays its relay's).
+    pub fn close_idle(&self, idle: Duration) -> usize {
+        let cutoff = now_ms().saturating_sub(idle.as_millis() as u64);
+        let idle: Vec<Arc<TunnelHandle>> = self
+            .lock()
+            .by_id
+            .values()
+            .filter(|h| h.active_ms.load(Ordering::Relaxed) <= cutoff && !h.closing())
+            .cloned()
+            .collect();
+        for h in &idle {
+            h.request_close(CloseRequest::Idle);
+        }
+        idle.len()
+    }
+
+    /// Asks the tunnels of `room` to `backend` to close; returns how many.
+    pub fn close_room(&self, room: &str, backend: &str, request: impl Into<CloseRequest>) -> usize {
+        let request = request.into();
         let open = self.lock();
         let Some(ids) = open.by_room.get(room) else { return 0 };
         let handles: Vec<Arc<TunnelHandle>> =
             ids.iter().filter_map(|id| open.by_id.get(id)).filter(|h| &*h.backend == backend).cloned().collect();
         drop(open);
         for h in &handles {
-            h.request_close(code);
+            h.request_close(request);
         }
         handles.len()
     }
@@ -123,43 +217,53 @@ impl Tunnels {
 // === impl TunnelHandle ===
 
 impl TunnelHandle {
-    /// Asks the tunnel to close with `code` at the next frame boundary. The first request wins.
-    pub fn request_close(&self, code: u16) {
-        if self.close_code.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            // The code is stored before the wake: a tunnel not waiting yet sees it when it polls.
+    /// Asks the tunnel to close at the next frame boundary. The first request wins.
+    pub fn request_close(&self, request: impl Into<CloseRequest>) {
+        let bits = request.into().bits();
+        if self.close_request.compare_exchange(0, bits, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            // The request is stored before the wake: a tunnel not waiting yet sees it when it
+            // polls.
             self.close.wake();
         }
     }
 
     /// A close was requested.
     pub fn closing(&self) -> bool {
-        self.close_code.load(Ordering::Acquire) != 0
+        self.close_request.load(Ordering::Acquire) != 0
     }
 
-    /// The close code once a close is requested; until then `Pending`, and `cx` is woken when
-    /// one is. No future is kept per tunnel for this, only the waker slot in the handle.
-    pub fn poll_close(&self, cx: &mut Context<'_>) -> Poll<u16> {
-        if let Some(code) = self.code() {
-            return Poll::Ready(code);
+    /// The close request once there is one; until then `Pending`, and `cx` is woken when one
+    /// comes. No future is kept per tunnel for this, only the waker slot in the handle.
+    pub fn poll_close(&self, cx: &mut Context<'_>) -> Poll<CloseRequest> {
+        if let Some(request) = self.request() {
+            return Poll::Ready(request);
         }
         self.close.register(cx.waker());
-        match self.code() {
-            Some(code) => Poll::Ready(code),
+        match self.request() {
+            Some(request) => Poll::Ready(request),
             None => Poll::Pending,
         }
     }
 
-    /// Resolves with the close code once a close is requested.
-    pub async fn close_requested(&self) -> u16 {
+    /// Resolves with the close request once there is one.
+    pub async fn close_requested(&self) -> CloseRequest {
         std::future::poll_fn(|cx| self.poll_close(cx)).await
     }
 
-    fn code(&self) -> Option<u16> {
-        match self.close_code.load(Ordering::Acquire) {
-            0 => None,
-            code => Some(code),
-        }
+    /// Bytes went through the tunnel now.
+    pub fn touch(&self) {
+        self.active_ms.store(now_ms(), Ordering::Relaxed);
     }
+
+    fn request(&self) -> Option<CloseRequest> {
+        CloseRequest::from_bits(self.close_request.load(Ordering::Acquire))
+    }
+}
+
+/// Milliseconds since the process started: the clock of tunnel activity.
+fn now_ms() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
 // === impl Registration ===
@@ -207,5 +311,24 @@ mod tests {
         assert!(t.split_rooms().is_empty(), "sockets being closed do not count");
         drop(b);
         assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn idle_tunnels_are_asked_to_close_with_their_own_reason() {
+        let t = Arc::new(Tunnels::default());
+        let quiet = t.register(Some("r".into()), "a".into());
+        let busy = t.register(Some("r".into()), "a".into());
+        assert_eq!(t.close_idle(Duration::from_secs(3600)), 0, "none idle for an hour");
+        busy.handle().active_ms.store(u64::MAX, Ordering::Relaxed); // active "now", whatever the clock
+        assert_eq!(t.close_idle(Duration::ZERO), 1);
+        assert_eq!(quiet.handle().request(), Some(CloseRequest::Idle));
+        assert_eq!(CloseRequest::Idle.code(), 1001);
+        assert_eq!(CloseRequest::Idle.reason(), "idle timeout");
+        assert!(busy.handle().request().is_none());
+        assert_eq!(t.close_idle(Duration::ZERO), 0, "a tunnel already closing is not asked twice");
+        busy.handle().request_close(1012);
+        busy.handle().request_close(CloseRequest::Shutdown);
+        assert_eq!(busy.handle().request(), Some(CloseRequest::Moving), "the first request wins");
+        assert_eq!(CloseRequest::from(4000).bits() & 0xffff, 4000);
     }
 }

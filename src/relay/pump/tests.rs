@@ -16,7 +16,7 @@ async fn tcp_pair() -> (TcpStream, TcpStream) {
 async fn setup() -> (TcpStream, TcpStream, Pump<TcpStream, TcpStream>) {
     let (client_peer, client_side) = tcp_pair().await;
     let (backend_side, backend_peer) = tcp_pair().await;
-    (client_peer, backend_peer, Pump::new(client_side, backend_side))
+    (client_peer, backend_peer, Pump::new(client_side, backend_side, 0))
 }
 
 fn frame(opcode: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
