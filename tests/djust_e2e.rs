@@ -525,6 +525,71 @@ async fn live_navigation_to_a_room_on_another_backend_remounts_there() {
     assert_eq!(backend_in(&remount).as_deref(), Some(to_owner.as_str()));
 }
 
+/// The issue's reproduction, and every other shape djust reads alike: once a socket is mounted
+/// on room A's owner, no message that would mount room B (or move the view to its page) reaches
+/// that backend. roomgate closes the socket first (1012; 4400 for a message it cannot read as
+/// djust would), so djust never answers with a mount of B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_changes_in_any_shape_never_mount_a_room_off_its_owner() {
+    let stack = Stack::start(2).await;
+    let pair = stack.rooms_on_distinct_backends(2, "shape").await;
+    let (a, _) = &pair[0];
+    let (b, _) = &pair[1];
+    let view = "rooms.views.RoomView";
+    let to_b = format!("/room/{b}/");
+    let shapes: Vec<(&str, String, u16)> = vec![
+        (
+            "json.dumps spacing (the issue's case)",
+            format!(r#"{{"type": "live_redirect_mount", "view": "{view}", "params": {{}}, "url": "{to_b}"}}"#),
+            1012,
+        ),
+        (
+            "keys reordered",
+            format!(r#"{{"url":"{to_b}","params":{{}},"view":"{view}","type":"live_redirect_mount"}}"#),
+            1012,
+        ),
+        (
+            "\\u escapes",
+            format!(r#"{{"type":"live_redirect_\u006dount","view":"{view}","params":{{}},"url":"{to_b}"}}"#),
+            1012,
+        ),
+        ("a second mount", format!(r#"{{"type":"mount","view":"{view}","params":{{}},"url":"{to_b}"}}"#), 1012),
+        (
+            "mount_batch",
+            format!(
+                r#"{{"type":"mount_batch","views":[{{"view":"{view}","params":{{}},"url":"{to_b}","target_id":"t"}}]}}"#
+            ),
+            1012,
+        ),
+        ("url_change", format!(r#"{{"type":"url_change","params":{{}},"uri":"{to_b}"}}"#), 1012),
+        (
+            "duplicate url, the last one B's",
+            format!(
+                r#"{{"type":"live_redirect_mount","view":"{view}","params":{{}},"url":"/room/{a}/","url":"{to_b}"}}"#
+            ),
+            4400,
+        ),
+    ];
+    for (i, (what, msg, code)) in shapes.iter().enumerate() {
+        let mut tab = Tab::new(stack.proxy.addr, local(40 + i as u32));
+        tab.open(a).await;
+        let ws = tab.ws.as_mut().unwrap();
+        ws.send(Message::text(msg.clone())).await.unwrap();
+        let closed = loop {
+            match recv(ws).await {
+                Ok(m) => {
+                    let t = text_of(&m).unwrap_or_default();
+                    assert!(!t.starts_with(r#"{"type": "mount"#), "{what}: djust mounted the page: {t:.200}");
+                }
+                Err(code) => break code,
+            }
+        };
+        assert_eq!(closed, Some(*code), "{what}");
+    }
+    let status = admin_get(&stack.proxy, "/admin/status").await;
+    assert_eq!(status["split_rooms"], 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_sockets_with_their_own_forwarded_addresses_are_all_admitted() {
     let stack = Stack::start(1).await;

@@ -7,82 +7,11 @@
 
 mod common;
 
+use common::djust::*;
 use common::*;
 use futures_util::SinkExt;
 use http::StatusCode;
 use tokio_tungstenite::tungstenite::Message;
-
-const DJUST_ROUTES: &str = r#"
-[[routes]]
-prefix = "/room/"
-mode = "room"
-keys = ["path:^/room/(?P<room>[^/]+)/"]
-on_missing = "reject"
-
-[[routes]]
-prefix = "/ws/live/"
-mode = "room"
-keys = ["header:X-Room", "djust:^/room/(?P<room>[^/]+)/"]
-on_missing = "shared"
-
-[[routes]]
-prefix = "/ws/strict/"
-mode = "room"
-keys = ["djust:^/room/(?P<room>[^/]+)/"]
-on_missing = "reject"
-
-[[routes]]
-prefix = "/ws/refuse/"
-mode = "room"
-keys = ["djust:^/room/(?P<room>[^/]+)/"]
-
-[[routes]]
-prefix = "/"
-mode = "shared"
-"#;
-
-const EXTRA: &str = "[timeouts]\nfirst_message = \"300ms\"\n[limits]\nmax_first_message = 4096\n";
-
-const DJUST: (&str, &str) = ("x-test-djust", "greet");
-
-async fn setup(n: usize) -> (Vec<TestBackend>, Proxy) {
-    let backends = backends(n).await;
-    let proxy = Proxy::start(&config(&backend_list(&backends), DJUST_ROUTES, EXTRA)).await;
-    (backends, proxy)
-}
-
-fn mount(url: &str) -> String {
-    format!(
-        r#"{{"type":"mount","view":"app.views.RoomView","params":{{}},"url":"{url}","has_prerendered":true,"client_timezone":"UTC"}}"#
-    )
-}
-
-fn live_redirect(url: &str) -> String {
-    format!(r#"{{"type":"live_redirect_mount","view":"app.views.RoomView","params":{{}},"url":"{url}"}}"#)
-}
-
-/// Opens `/ws/live/`-like `path` as client.js does: waits for the `connect` frame (roomgate's,
-/// not the backend's), sends the mount for `page`, and gets it echoed by the backend.
-async fn open_page(proxy: &Proxy, path: &str, page: &str, headers: &[(&str, &str)]) -> Ws {
-    let mut ws = ws_connect(&proxy.ws_url(path), headers).await;
-    let hello = next(&mut ws).await.into_text().unwrap();
-    assert!(hello.starts_with(r#"{"type":"connect","session_id":""#), "{hello}");
-    assert!(!hello.contains("backend-"), "the backend's own greeting reached the client: {hello}");
-    ws.send(Message::text(mount(page))).await.unwrap();
-    assert_eq!(next(&mut ws).await, Message::text(mount(page)));
-    ws
-}
-
-/// Opens a socket and returns the close code roomgate sends (the client never gets a mount echo).
-async fn refused(proxy: &Proxy, path: &str, first: Option<&str>, headers: &[(&str, &str)]) -> Option<u16> {
-    let mut ws = ws_connect(&proxy.ws_url(path), headers).await;
-    let hello = next(&mut ws).await.into_text().unwrap();
-    assert!(hello.contains(r#""type":"connect""#));
-    if let Some(first) = first {
-        ws.send(Message::text(first.to_owned())).await.unwrap();
-    }
-    close_code(&mut ws).await
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mount_frame_routes_the_socket_to_the_page_owner() {

@@ -113,12 +113,13 @@ struct Direction {
 /// What went wrong in one direction.
 enum DirError {
     Io(Side, io::Error),
-    Frame(FrameError),
+    /// The source broke the framing; `clean`: what was written of it ends at a frame boundary.
+    Frame(FrameError, bool),
 }
 
 impl From<FrameError> for DirError {
     fn from(e: FrameError) -> Self {
-        DirError::Frame(e)
+        DirError::Frame(e, false)
     }
 }
 
@@ -180,17 +181,27 @@ where
             || (self.up.phase == Phase::Done && said_goodbye(&self.down))
     }
 
-    /// A peer broke the framing: stop reading it, tell it 1002 at the next boundary of the other
-    /// direction, and close the other peer's connection.
-    fn on_frame_error(&mut self, side: Side, err: FrameError) {
+    /// A peer broke the framing: stop reading it, and tell it 1002 at the next boundary of the
+    /// other direction. The other peer gets a close of its own when what it was sent ends at a
+    /// frame boundary (1014, bad gateway, for a client whose backend broke; 1001 for a backend
+    /// whose client did); otherwise its connection just ends.
+    fn on_frame_error(&mut self, side: Side, err: FrameError, clean: bool) {
         self.protocol_error.get_or_insert((side, err));
         let (broken, other) = match side {
             Side::Client => (&mut self.up, &mut self.down),
             Side::Backend => (&mut self.down, &mut self.up),
         };
-        broken.phase = Phase::Done;
-        let mask = (side == Side::Backend).then(mask_key);
-        other.request_close(close_frame(1002, "protocol error", mask), After::Stop);
+        let to_broken = close_frame(1002, "protocol error", (side == Side::Backend).then(mask_key));
+        other.request_close(to_broken, After::Stop);
+        if clean && broken.tracker.close_code().is_none() {
+            broken.close = match side {
+                Side::Backend => close_frame(1014, "bad gateway", None),
+                Side::Client => close_frame(1001, "", Some(mask_key())),
+            };
+            broken.inject_close(After::Stop);
+        } else {
+            broken.phase = Phase::Done;
+        }
     }
 }
 
@@ -212,8 +223,8 @@ where
                     Poll::Ready(Err(DirError::Io(side, source))) => {
                         return Poll::Ready(Err(PumpError::Io { side, source }));
                     }
-                    Poll::Ready(Err(DirError::Frame(err))) => {
-                        this.on_frame_error(side, err);
+                    Poll::Ready(Err(DirError::Frame(err, clean))) => {
+                        this.on_frame_error(side, err, clean);
                         again = true;
                     }
                     _ => {}
@@ -342,7 +353,10 @@ impl Direction {
         data: &[u8],
         dst: &mut D,
     ) -> Result<(), DirError> {
-        let feed = self.tracker.feed(data).map_err(DirError::Frame)?;
+        // Nothing of a chunk that breaks the framing is written: what the destination got ends at
+        // a frame boundary when the stream was at one before the chunk.
+        let clean = self.tracker.at_boundary() || self.watch.as_ref().is_some_and(|w| w.is_holding());
+        let feed = self.tracker.feed(data).map_err(|e| DirError::Frame(e, clean))?;
         if self.phase != Phase::Relay {
             // Closing (at a boundary of what was written, or `inject_close` would have run):
             // nothing is inspected any more.

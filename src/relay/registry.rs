@@ -153,12 +153,16 @@ impl Tunnels {
     /// returns how many. Run by the maintenance tick: one walk of the table, and no timer per
     /// tunnel (an idle tunnel's memory stays its relay's).
     pub fn close_idle(&self, idle: Duration) -> usize {
-        let cutoff = now_ms().saturating_sub(idle.as_millis() as u64);
+        self.close_quiet_since(now_ms().saturating_sub(idle.as_millis() as u64))
+    }
+
+    /// Closes the tunnels with no activity since `cutoff` (milliseconds of [`now_ms`]).
+    fn close_quiet_since(&self, cutoff: u64) -> usize {
         let idle: Vec<Arc<TunnelHandle>> = self
             .lock()
             .by_id
             .values()
-            .filter(|h| h.active_ms.load(Ordering::Relaxed) <= cutoff && !h.closing())
+            .filter(|h| h.active_ms.load(Ordering::Relaxed) < cutoff && !h.closing())
             .cloned()
             .collect();
         for h in &idle {
@@ -319,13 +323,14 @@ mod tests {
         let quiet = t.register(Some("r".into()), "a".into());
         let busy = t.register(Some("r".into()), "a".into());
         assert_eq!(t.close_idle(Duration::from_secs(3600)), 0, "none idle for an hour");
-        busy.handle().active_ms.store(u64::MAX, Ordering::Relaxed); // active "now", whatever the clock
-        assert_eq!(t.close_idle(Duration::ZERO), 1);
+        quiet.handle().active_ms.store(0, Ordering::Relaxed);
+        busy.handle().active_ms.store(10, Ordering::Relaxed);
+        assert_eq!(t.close_quiet_since(5), 1);
         assert_eq!(quiet.handle().request(), Some(CloseRequest::Idle));
         assert_eq!(CloseRequest::Idle.code(), 1001);
         assert_eq!(CloseRequest::Idle.reason(), "idle timeout");
         assert!(busy.handle().request().is_none());
-        assert_eq!(t.close_idle(Duration::ZERO), 0, "a tunnel already closing is not asked twice");
+        assert_eq!(t.close_quiet_since(5), 0, "a tunnel already closing is not asked twice");
         busy.handle().request_close(1012);
         busy.handle().request_close(CloseRequest::Shutdown);
         assert_eq!(busy.handle().request(), Some(CloseRequest::Moving), "the first request wins");

@@ -254,8 +254,8 @@ impl NavWatch {
         }
         // The first frame of a message.
         if head.opcode == OP_BINARY && head.payload_len > 0 {
-            match rest.get(head.len) {
-                Some(&first) if djust::binary_is_inert(first) => return Ok(Start::Enter(Relay::Streamed)),
+            match rest.get(head.len).map(|b| first_byte(&head, *b)) {
+                Some(first) if djust::binary_is_inert(first) => return Ok(Start::Enter(Relay::Streamed)),
                 Some(_) => {}
                 None => return Ok(Start::Wait), // its first byte decides
             }
@@ -282,7 +282,7 @@ impl NavWatch {
             return Ok(Start::Enter(Relay::Streamed));
         }
         if data_frame && self.message.is_none() && head.opcode == OP_BINARY && head.payload_len > 0 {
-            match first {
+            match first.map(|b| first_byte(&head, b)) {
                 Some(first) if djust::binary_is_inert(first) => return Ok(Start::Enter(Relay::Streamed)),
                 Some(_) => {}
                 None => return Ok(Start::Wait),
@@ -411,6 +411,11 @@ enum Done {
     /// The held bytes are whole frames that may be written.
     Release,
     Stop(Stop),
+}
+
+/// A payload's first byte as sent, `wire` unmasked.
+fn first_byte(head: &Head, wire: u8) -> u8 {
+    wire ^ head.mask.map_or(0, |m| m[0])
 }
 
 /// Header length of a frame whose first bytes are `known` then `more`; 2 until the second byte

@@ -4,7 +4,9 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod djust;
 pub mod pinned;
+pub mod raw;
 pub mod tls;
 
 use std::convert::Infallible;

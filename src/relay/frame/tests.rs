@@ -191,3 +191,27 @@ fn parse_head_rejects_what_the_tracker_rejects() {
     assert_eq!(parse_head(&[0x82, 127, 0x80, 0, 0, 0, 0, 0, 0, 1]), Err(FrameError::LengthOverflow));
     assert_eq!(parse_head(&[0x81]), Ok(None));
 }
+
+#[test]
+fn close_reasons_are_cut_on_a_character_boundary() {
+    let reason = "é".repeat(100); // 200 bytes, two per character
+    let f = close_frame(1001, &reason, None);
+    let payload = &f[2..];
+    assert_eq!(payload.len(), 2 + 122, "123 bytes would split the 62nd character");
+    assert!(std::str::from_utf8(&payload[2..]).is_ok());
+}
+
+#[test]
+fn strict_rules_hold_each_side_to_rfc_6455() {
+    let mut client = FrameTracker::strict(Rules::CLIENT);
+    assert_eq!(client.feed(&[0x81, 0x00]), Err(FrameError::Unmasked));
+    let mut server = FrameTracker::strict(Rules::SERVER);
+    assert_eq!(server.feed(&[0x81, 0x80, 1, 2, 3, 4]), Err(FrameError::Masked));
+    let mut server = FrameTracker::strict(Rules::SERVER);
+    assert!(server.feed(&[0x01, 0x01, b'a', 0x89, 0x00, 0x80, 0x01, b'b']).is_ok(), "a ping between fragments");
+    let mut server = FrameTracker::strict(Rules::SERVER.with_rsv(0x40));
+    assert!(server.feed(&[0xC1, 0x01, b'a']).is_ok(), "RSV1 with permessage-deflate");
+    assert_eq!(server.feed(&[0xA1, 0x01, b'a']), Err(FrameError::ReservedBits(0x20)));
+    let mut lenient = FrameTracker::new();
+    assert!(lenient.feed(&[0xF3, 0x00]).is_ok(), "a plain tracker only follows boundaries");
+}

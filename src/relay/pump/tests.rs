@@ -150,7 +150,11 @@ async fn a_broken_frame_gets_1002_and_ends_the_tunnel() {
     client.write_all(&[0x89, 0x80 | 126, 0, 200]).await.unwrap();
     let (_, code) = read_until_close(&mut client).await;
     assert_eq!(code, Some(1002));
-    // The backend saw nothing of it and its connection is closed.
+    // The backend saw nothing of it: it is told the client went away (1001), and its connection
+    // is closed.
+    let (seen, code) = read_until_close(&mut backend).await;
+    assert_eq!(seen.len(), 8, "the close frame alone (2 + 4 mask + 2 code bytes): {seen:?}");
+    assert_eq!(code, Some(1001));
     let mut rest = Vec::new();
     backend.read_to_end(&mut rest).await.unwrap();
     assert!(rest.is_empty(), "{rest:?}");
@@ -193,4 +197,27 @@ async fn ends_when_the_handshake_is_over_even_if_the_client_lingers() {
     let stats = tokio::time::timeout(std::time::Duration::from_secs(5), task).await.unwrap().unwrap().unwrap();
     assert_eq!(stats.client_close, Some(1000));
     drop(client);
+}
+
+#[tokio::test]
+async fn rsv1_passes_only_when_an_extension_allows_it() {
+    let (client_peer, client_side) = tcp_pair().await;
+    let (backend_side, mut backend_peer) = tcp_pair().await;
+    let mut client_peer = client_peer;
+    let task = tokio::spawn(Pump::new(client_side, backend_side, 0x40));
+    // A compressed (RSV1) masked text frame, as permessage-deflate sends it.
+    let mut compressed = frame(1, b"deflated", Some(M));
+    compressed[0] |= 0x40;
+    client_peer.write_all(&compressed).await.unwrap();
+    let mut got = vec![0u8; compressed.len()];
+    backend_peer.read_exact(&mut got).await.unwrap();
+    assert_eq!(got, compressed);
+    // RSV2 is still not allowed.
+    let mut other = frame(1, b"x", Some(M));
+    other[0] |= 0x20;
+    client_peer.write_all(&other).await.unwrap();
+    let (_, code) = read_until_close(&mut client_peer).await;
+    assert_eq!(code, Some(1002));
+    drop(backend_peer);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), task).await;
 }

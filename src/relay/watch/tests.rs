@@ -27,10 +27,14 @@ fn event() -> Vec<u8> {
 
 /// A message split into frames of at most `n` payload bytes (continuations), masked.
 fn fragmented(opcode: u8, payload: &[u8], n: usize) -> Vec<u8> {
+    fragmented_with(opcode, payload, n, MASK)
+}
+
+fn fragmented_with(opcode: u8, payload: &[u8], n: usize, mask: Option<[u8; 4]>) -> Vec<u8> {
     let mut out = Vec::new();
     let parts: Vec<&[u8]> = payload.chunks(n.max(1)).collect();
     for (i, part) in parts.iter().enumerate() {
-        let mut f = frame(if i == 0 { opcode } else { OP_CONTINUATION }, part, MASK);
+        let mut f = frame(if i == 0 { opcode } else { OP_CONTINUATION }, part, mask);
         if i + 1 < parts.len() {
             f[0] &= 0x7f;
         }
@@ -223,6 +227,7 @@ struct Shape {
     escape: Vec<bool>,
     duplicate: bool,
     fragment: usize,
+    mask: [u8; 4],
 }
 
 fn shape() -> impl Strategy<Value = Shape> {
@@ -241,8 +246,9 @@ fn shape() -> impl Strategy<Value = Shape> {
         proptest::collection::vec(any::<bool>(), 1..4),
         proptest::bool::weighted(0.1),
         prop_oneof![Just(0usize), 1usize..40],
+        any::<[u8; 4]>(),
     )
-        .prop_map(|(kind, room, order, space, escape, duplicate, fragment)| Shape {
+        .prop_map(|(kind, room, order, space, escape, duplicate, fragment, mask)| Shape {
             kind,
             room,
             order,
@@ -250,6 +256,7 @@ fn shape() -> impl Strategy<Value = Shape> {
             escape,
             duplicate,
             fragment,
+            mask,
         })
 }
 
@@ -290,8 +297,8 @@ impl Shape {
         }
         let body = format!("{{{sp}{}{sp}}}", members.join(&format!("{sp},{sp}")));
         match self.fragment {
-            0 => frame(OP_TEXT, body.as_bytes(), MASK),
-            n => fragmented(OP_TEXT, body.as_bytes(), n),
+            0 => frame(OP_TEXT, body.as_bytes(), Some(self.mask)),
+            n => fragmented_with(OP_TEXT, body.as_bytes(), n, Some(self.mask)),
         }
     }
 
@@ -355,6 +362,23 @@ proptest! {
                 Ok(None) => {}
                 _ => break,
             }
+        }
+    }
+}
+
+#[test]
+fn an_upload_streams_at_any_chunking() {
+    let mut upload = vec![0x01];
+    upload.extend(vec![7u8; 20_000]);
+    // Masks that turn the upload's first byte into a msgpack map marker on the wire.
+    for mask in [[0x81, 0, 0, 0], [0xdf, 1, 2, 3], [1, 2, 3, 4]] {
+        let stream = frame(OP_BINARY, &upload, Some(mask));
+        for n in (1..40).chain([4096, 8192, stream.len()]) {
+            let mut w =
+                NavWatch::new(Regex::new("^/room/(?P<room>[^/]+)/").unwrap(), Some("42"), 4096, Counter::default());
+            let (written, stop) = run(&mut w, &stream, n);
+            assert_eq!(stop, None, "chunk size {n}");
+            assert!(written == stream, "chunk size {n}: {} of {} bytes", written.len(), stream.len());
         }
     }
 }
