@@ -370,12 +370,12 @@ proptest! {
 fn an_upload_streams_at_any_chunking() {
     let mut upload = vec![0x01];
     upload.extend(vec![7u8; 20_000]);
+    let regex = Regex::new("^/room/(?P<room>[^/]+)/").unwrap();
     // Masks that turn the upload's first byte into a msgpack map marker on the wire.
     for mask in [[0x81, 0, 0, 0], [0xdf, 1, 2, 3], [1, 2, 3, 4]] {
         let stream = frame(OP_BINARY, &upload, Some(mask));
         for n in (1..40).chain([4096, 8192, stream.len()]) {
-            let mut w =
-                NavWatch::new(Regex::new("^/room/(?P<room>[^/]+)/").unwrap(), Some("42"), 4096, Counter::default());
+            let mut w = NavWatch::new(regex.clone(), Some("42"), 4096, Counter::default());
             let (written, stop) = run(&mut w, &stream, n);
             assert_eq!(stop, None, "chunk size {n}");
             assert!(written == stream, "chunk size {n}: {} of {} bytes", written.len(), stream.len());
