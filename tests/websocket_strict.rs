@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use common::raw::{ACCEPT, fixed_backend, frame_bytes, handshake, read_until_close, text_frame};
 use common::*;
 use futures_util::SinkExt;
-use http::StatusCode;
 use tokio::io::AsyncWriteExt;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -77,9 +76,8 @@ async fn a_masked_frame_from_the_backend_ends_the_socket_with_1014() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_101_that_does_not_complete_the_websocket_handshake_is_502() {
     let bad_answers = [
-        format!(
-            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: d3Jvbmc=\r\n\r\n"
-        ),
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: d3Jvbmc=\r\n\r\n"
+            .to_owned(),
         format!(
             "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {ACCEPT}\r\n\r\n"
         ),
@@ -131,5 +129,4 @@ async fn shutdown_and_moves_keep_their_reasons() {
     let (_, close) = read_until_close(&mut s).await;
     assert_eq!(close, Some((1001, "roomgate is shutting down".to_owned())));
     proxy.shutdown().await;
-    let _ = StatusCode::OK;
 }
