@@ -27,12 +27,32 @@ use crate::room_key::{self, KeyProblem};
 pub enum Effect {
     /// Nothing: an event, a ping, an upload chunk.
     None,
-    /// It mounts (or moves the socket to) these pages, as djust will read them (validated and
-    /// percent-decoded once).
-    Pages(Vec<String>),
+    /// It mounts (or moves the socket to) these pages.
+    Pages(Vec<Page>),
     /// It may change the page, but roomgate cannot read it exactly as djust would (duplicate keys,
     /// JSON djust accepts and serde does not, msgpack): it is never passed on.
     Unreadable(String),
+}
+
+/// A page a message mounts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Page {
+    /// The page as djust reads it: validated and percent-decoded once.
+    pub path: String,
+    /// What the message's `params` name `room`, if anything. djust hands `params` to the view's
+    /// `mount()` as keyword arguments, next to the URL's: a view that takes `room` would read it
+    /// from there when the URL has none. Non-string values as JSON text.
+    pub params_room: Option<String>,
+}
+
+impl Page {
+    fn of(url: Option<&Value>, params: Option<&Value>) -> Page {
+        let params_room = params.and_then(|p| p.get("room")).map(|v| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+        Page { path: mount_page(url), params_room }
+    }
 }
 
 /// Message types that change the page.
@@ -64,16 +84,19 @@ pub fn text_effect(payload: &[u8]) -> Effect {
     let Value::Object(msg) = value else { return Effect::None };
     let Some(Value::String(kind)) = msg.get("type") else { return Effect::None };
     match kind.as_str() {
-        MOUNT | LIVE_REDIRECT_MOUNT => Effect::Pages(vec![mount_page(msg.get("url"))]),
+        MOUNT | LIVE_REDIRECT_MOUNT => Effect::Pages(vec![Page::of(msg.get("url"), msg.get("params"))]),
         MOUNT_BATCH => match msg.get("views") {
             // Entries that are not objects are skipped by djust (reported as failed).
             Some(Value::Array(views)) => Effect::Pages(
-                views.iter().filter_map(Value::as_object).map(|view| mount_page(view.get("url"))).collect(),
+                views.iter().filter_map(Value::as_object).map(|v| Page::of(v.get("url"), v.get("params"))).collect(),
             ),
             _ => Effect::None,
         },
         URL_CHANGE => match msg.get("uri") {
-            Some(Value::String(uri)) => Effect::Pages(vec![unquote(path_of(uri))]),
+            Some(Value::String(uri)) => {
+                let page = Page { path: unquote(path_of(uri)), ..Page::of(None, msg.get("params")) };
+                Effect::Pages(vec![page])
+            }
             _ => Effect::None,
         },
         _ => Effect::None,
@@ -180,11 +203,17 @@ pub fn room_of_page(re: &Regex, page: &str) -> Result<Option<String>, KeyProblem
 }
 
 /// The one room of a set of pages (a `mount_batch` may mount several): `Ok(None)` when none has a
-/// room; `Err` when they disagree or a room is invalid.
-pub fn room_of_pages(re: &Regex, pages: &[String]) -> Result<Option<String>, PagesError> {
+/// room; `Err` when they disagree, a room is invalid, or a page's `params` name another room than
+/// its URL.
+pub fn room_of_pages(re: &Regex, pages: &[Page]) -> Result<Option<String>, PagesError> {
     let mut room: Option<Option<String>> = None;
     for page in pages {
-        let this = room_of_page(re, page).map_err(|why| PagesError::BadKey(page.clone(), why))?;
+        let this = room_of_page(re, &page.path).map_err(|why| PagesError::BadKey(page.path.clone(), why))?;
+        if let Some(claimed) = &page.params_room
+            && this.as_ref() != Some(claimed)
+        {
+            return Err(PagesError::ParamsRoom { page: page.path.clone(), claimed: claimed.clone() });
+        }
         match &room {
             None => room = Some(this),
             Some(seen) if *seen == this => {}
@@ -201,6 +230,8 @@ pub enum PagesError {
     BadKey(String, KeyProblem),
     #[error("the pages belong to different rooms")]
     TwoRooms,
+    #[error("page {page:?}: its params name room {claimed:?}, which is not the page's")]
+    ParamsRoom { page: String, claimed: String },
 }
 
 /// The text payload of the `connect` frame roomgate sends in the backend's place. client.js only

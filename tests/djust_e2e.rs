@@ -586,6 +586,24 @@ async fn page_changes_in_any_shape_never_mount_a_room_off_its_owner() {
         };
         assert_eq!(closed, Some(*code), "{what}");
     }
+    // A room named in the mount's params rather than its URL: djust hands params to `mount()`
+    // next to the URL's keyword arguments, and a view that takes `room` would join B on the shared
+    // pool. roomgate refuses a page change whose params name another room than its URL.
+    let (mut ws, _) = {
+        let mut req = format!("ws://{}/ws/live/", stack.proxy.addr).into_client_request().unwrap();
+        req.headers_mut().insert("origin", HeaderValue::from_str(&format!("http://{}", stack.proxy.addr)).unwrap());
+        let stream = tokio::net::TcpStream::connect(stack.proxy.addr).await.unwrap();
+        tokio_tungstenite::client_async(req, stream).await.unwrap()
+    };
+    recv(&mut ws).await.unwrap();
+    let mount = format!(r#"{{"type":"mount","view":"{view}","params":{{"room":"{b}"}},"url":"/lobby/"}}"#);
+    ws.send(Message::text(mount)).await.unwrap();
+    loop {
+        match recv(&mut ws).await {
+            Ok(m) => assert!(!text_of(&m).unwrap_or_default().starts_with(r#"{"type": "mount""#), "mounted"),
+            Err(code) => break assert_eq!(code, Some(4400)),
+        }
+    }
     let status = admin_get(&stack.proxy, "/admin/status").await;
     assert_eq!(status["split_rooms"], 0);
 }

@@ -111,6 +111,9 @@ async fn duplicate_keys_are_refused_and_never_reach_any_backend() {
     assert_eq!(refused(&proxy, "/ws/live/", Some(dup), &[DJUST]).await, Some(4400));
     let batch = r#"{"type":"mount_batch","views":[{"url":"/room/1/"},{"url":"/room/2/"}]}"#;
     assert_eq!(refused(&proxy, "/ws/live/", Some(batch), &[DJUST]).await, Some(4400), "pages of two rooms");
+    // djust hands params to the view's mount() next to the URL's keyword arguments.
+    let params = r#"{"type":"mount","view":"v","params":{"room":"2"},"url":"/lobby/"}"#;
+    assert_eq!(refused(&proxy, "/ws/live/", Some(params), &[DJUST]).await, Some(4400), "a room in params");
     assert_eq!(accepted(), before, "no backend was contacted");
     // Later on the socket: refused the same way.
     let mut ws = open_page(&proxy, "/ws/live/", "/room/1/", &[DJUST]).await;

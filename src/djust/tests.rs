@@ -8,6 +8,10 @@ fn room_re() -> Regex {
 }
 
 fn pages(payload: &str) -> Vec<String> {
+    found(payload).into_iter().map(|p| p.path).collect()
+}
+
+fn found(payload: &str) -> Vec<Page> {
     match text_effect(payload.as_bytes()) {
         Effect::Pages(p) => p,
         other => panic!("{payload}: {other:?}"),
@@ -92,7 +96,7 @@ fn the_room_is_read_from_the_page_django_resolves() {
     let re = room_re();
     let room = |url: &str| {
         let msg = serde_json::json!({"type": "mount", "url": url}).to_string();
-        room_of_pages(&re, &pages(&msg))
+        room_of_pages(&re, &found(&msg))
     };
     assert_eq!(room("/room/42/"), Ok(Some("42".into())));
     assert_eq!(room("/%72oom/g2/"), Ok(Some("g2".into())), "Django decodes before it matches");
@@ -102,9 +106,26 @@ fn the_room_is_read_from_the_page_django_resolves() {
     assert_eq!(room("/lobby/"), Ok(None));
     assert!(matches!(room("/room/a%20b/"), Err(PagesError::BadKey(..))));
     let batch = r#"{"type":"mount_batch","views":[{"url":"/room/1/"},{"url":"/room/2/"}]}"#;
-    assert_eq!(room_of_pages(&re, &pages(batch)), Err(PagesError::TwoRooms));
+    assert_eq!(room_of_pages(&re, &found(batch)), Err(PagesError::TwoRooms));
     let batch = r#"{"type":"mount_batch","views":[{"url":"/room/1/"},{"url":"/room/1/?x"}]}"#;
-    assert_eq!(room_of_pages(&re, &pages(batch)), Ok(Some("1".into())));
+    assert_eq!(room_of_pages(&re, &found(batch)), Ok(Some("1".into())));
+}
+
+#[test]
+fn params_may_not_name_another_room_than_the_url() {
+    let re = room_re();
+    let room = |msg: &str| room_of_pages(&re, &found(msg));
+    assert_eq!(room(r#"{"type":"mount","url":"/room/7/","params":{"room":"7"}}"#), Ok(Some("7".into())));
+    assert_eq!(room(r#"{"type":"mount","url":"/room/7/","params":{"tab":"2"}}"#), Ok(Some("7".into())));
+    for msg in [
+        r#"{"type":"mount","url":"/lobby/","params":{"room":"7"}}"#,
+        r#"{"type":"mount","url":"/room/8/","params":{"room":"7"}}"#,
+        r#"{"type":"mount","url":"/room/7/","params":{"room":8}}"#,
+        r#"{"type":"mount_batch","views":[{"url":"/room/7/","params":{"room":"8"}}]}"#,
+        r#"{"type":"url_change","uri":"/room/7/","params":{"room":"8"}}"#,
+    ] {
+        assert!(matches!(room(msg), Err(PagesError::ParamsRoom { .. })), "{msg}");
+    }
 }
 
 #[test]
@@ -215,8 +236,9 @@ proptest! {
         let msg = render(&members, ws, &escape);
         let effect = text_effect(msg.as_bytes());
         if kind == "mount" || kind == "live_redirect_mount" {
-            prop_assert_eq!(&effect, &Effect::Pages(vec![url]), "{}", msg);
-            prop_assert_eq!(room_of_pages(&room_re(), &[format!("/room/{room}/")]), Ok(Some(room)));
+            let page = Page { path: url.clone(), params_room: None };
+            prop_assert_eq!(&effect, &Effect::Pages(vec![page.clone()]), "{}", msg);
+            prop_assert_eq!(room_of_pages(&room_re(), &[page]), Ok(Some(room)));
         } else {
             prop_assert_eq!(&effect, &Effect::None, "{}", msg);
         }
@@ -227,6 +249,6 @@ proptest! {
         let msg = serde_json::json!({"type": "mount", "url": url}).to_string();
         let Effect::Pages(pages) = text_effect(msg.as_bytes()) else { panic!("{msg}") };
         prop_assert_eq!(pages.len(), 1);
-        prop_assert!(pages[0].starts_with('/'));
+        prop_assert!(pages[0].path.starts_with('/'));
     }
 }

@@ -259,6 +259,7 @@ impl Session {
                 djust::PagesError::TwoRooms => {
                     ClientError::Ambiguous("the first message mounts pages of two rooms".into())
                 }
+                e @ djust::PagesError::ParamsRoom { .. } => ClientError::Ambiguous(e.to_string()),
             })?,
             Effect::Unreadable(why) => return Err(ClientError::Ambiguous(format!("first message: {why}")).into()),
             Effect::None => {

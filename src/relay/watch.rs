@@ -387,8 +387,13 @@ impl NavWatch {
             Effect::Unreadable(why) => Some(Stop::Unreadable(why)),
             Effect::Pages(pages) => match djust::room_of_pages(&self.regex, &pages) {
                 Ok(room) if room.as_deref() == self.room.as_deref() => None,
-                Ok(_) | Err(djust::PagesError::TwoRooms) => Some(Stop::Navigated(pages.join(" "))),
-                Err(e @ djust::PagesError::BadKey(..)) => Some(Stop::Unreadable(e.to_string())),
+                Ok(_) | Err(djust::PagesError::TwoRooms) => {
+                    let to: Vec<&str> = pages.iter().map(|p| p.path.as_str()).collect();
+                    Some(Stop::Navigated(to.join(" ")))
+                }
+                Err(e @ (djust::PagesError::BadKey(..) | djust::PagesError::ParamsRoom { .. })) => {
+                    Some(Stop::Unreadable(e.to_string()))
+                }
             },
         }
     }

@@ -4,6 +4,7 @@ import uuid
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
+from django.urls import Resolver404, resolve
 from django.utils.html import format_html, format_html_join
 from djust import LiveView
 from djust.decorators import event_handler
@@ -18,7 +19,15 @@ class RoomView(LiveView):
     template_name = "rooms/room.html"
     login_required = False
 
-    def mount(self, request, room="", **kwargs):
+    def mount(self, request, **kwargs):
+        # The room comes from the page's URL only, never from the mount's client-supplied
+        # `params` (djust passes both as kwargs): roomgate routes the socket by the URL, so a room
+        # named in params could be mounted on a backend that does not own it.
+        try:
+            match = request.resolver_match or resolve(request.path_info)
+            room = match.kwargs.get("room", "")
+        except Resolver404:
+            room = ""
         self.room = room
         self.backend_id = settings.BACKEND_ID
         # #nav goes to ?next=<room> (default "<room>-next"), #nav-auto to ?next2= ("<room>-next2").
