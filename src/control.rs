@@ -403,7 +403,8 @@ impl Control {
     async fn tick(self: &Arc<Self>) {
         let snap = self.gateway.snapshot();
         let draining = |id: &str| snap.backend(id).is_some_and(|b| b.is_draining());
-        let expired = self.gateway.directory.sweep(snap.config.rooms.linger, &draining);
+        let rules = crate::directory::Retention::from_config(&snap.config);
+        let expired = self.gateway.directory.sweep(&rules, &draining);
         if expired > 0 {
             tracing::debug!(rooms = expired, "idle rooms expired");
         }

@@ -1,6 +1,7 @@
 //! The Kubernetes manifests in deploy/kubernetes: the config in the ConfigMap loads, the
-//! manifests agree with it (ports, paths, grace period), kustomization.yaml lists every manifest,
-//! and every manifest passes the Kubernetes schemas (`kubernetes-validate`, which `.ci/run`
+//! manifests agree with it (ports, paths, grace period, Secrets), Redis is bounded and closed
+//! (maxmemory sized from the cap, noeviction, a password, a NetworkPolicy), kustomization.yaml
+//! lists every manifest, and every manifest passes the Kubernetes schemas (`kubernetes-validate`, which `.ci/run`
 //! installs; without it the schema test fails under CI and is skipped elsewhere).
 
 #![allow(clippy::unwrap_used)]
@@ -53,6 +54,8 @@ fn configmap_config() -> (String, Config, tempfile::TempDir) {
     let secrets = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(secrets.path().join("admin")).unwrap();
     std::fs::write(secrets.path().join("admin/token"), "0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::create_dir_all(secrets.path().join("redis")).unwrap();
+    std::fs::write(secrets.path().join("redis/password"), "fedcba9876543210fedcba9876543210\n").unwrap();
     std::fs::create_dir_all(secrets.path().join("tls")).unwrap();
     for file in ["tls.crt", "tls.key"] {
         std::fs::copy(Path::new(REPO).join("tests/fixtures/k8s-tls").join(file), secrets.path().join("tls").join(file))
@@ -126,9 +129,83 @@ fn the_manifests_agree_with_the_config() {
     assert!(game.contains(&format!("serviceName: {}\n", &caps[2])));
 
     // The Redis the directory points at is the one deployed next to it.
-    let Directory::Redis { url, .. } = &config.directory else { unreachable!() };
+    let Directory::Redis { url, password, .. } = &config.directory else { unreachable!() };
     let redis_host: String = find(url, r"^redis://([^:/]+)");
-    assert!(read("redis.yaml").contains(&format!("kind: Service\nmetadata:\n  name: {redis_host}\n")), "{url}");
+    let redis = read("redis.yaml");
+    assert!(redis.contains(&format!("kind: Service\nmetadata:\n  name: {redis_host}\n")), "{url}");
+
+    // One Secret holds the Redis password: Redis is started with it, roomgate reads it.
+    assert!(password.is_some(), "directory.password_file is set");
+    let password_file = raw["directory"]["password_file"].as_str().unwrap();
+    let secret: String = find(&roomgate, r"- name: redis-password\s*\n\s*secret:\s*\n\s*secretName: (\S+)");
+    let (redis_secret, redis_key): (String, String) = (
+        find(&redis, r"secretKeyRef:\s*\n\s*name: (\S+)"),
+        find(&redis, r"secretKeyRef:\s*\n\s*name: \S+\s*\n\s*key: (\S+)"),
+    );
+    assert_eq!(secret, redis_secret, "roomgate and Redis use the same Secret");
+    assert_eq!(password_file, format!("{}/{redis_key}", mount("redis-password")), "the Secret's key is the file read");
+    let env: String = find(&redis, r"- name: (\S+)\s*\n\s*valueFrom:\s*\n\s*secretKeyRef:");
+    assert!(redis.contains(&format!("- \"--requirepass\"\n            - \"$({env})\"")), "--requirepass from ${env}");
+}
+
+/// `kind: X` documents of a multi-document manifest.
+fn documents<'a>(yaml: &'a str, kind: &str) -> Vec<&'a str> {
+    yaml.split("\n---\n").filter(|d| d.contains(&format!("\nkind: {kind}\n"))).collect()
+}
+
+/// "200mb", "1gb", "64m"... as Redis reads them, in bytes.
+fn redis_bytes(value: &str) -> u64 {
+    let caps = Regex::new(r"^(\d+)(b|k|kb|m|mb|g|gb)?$").unwrap().captures(value).unwrap_or_else(|| panic!("{value}"));
+    let n: u64 = caps[1].parse().unwrap();
+    n * match caps.get(2).map_or("b", |m| m.as_str()) {
+        "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1_000_000,
+        "mb" => 1024 * 1024,
+        "g" => 1_000_000_000,
+        _ => 1024 * 1024 * 1024,
+    }
+}
+
+#[test]
+fn redis_is_bounded_and_admits_only_roomgate() {
+    let (_, config, _secrets) = configmap_config();
+    let redis = read("redis.yaml");
+    let roomgate = read("roomgate.yaml");
+    let arg = |name: &str| -> String { find(&redis, &format!("- \"--{name}\"\\s*\\n\\s*- \"([^\"]+)\"")) };
+
+    // maxmemory covers every record the replicas may write, at the largest record size
+    // (a 128-byte room key), with the surge replica of a rollout.
+    let maxmemory = redis_bytes(&arg("maxmemory"));
+    let replicas: u64 = find(&roomgate, r"replicas: (\d+)");
+    let surge: u64 = find(&roomgate, r"maxSurge: (\d+)");
+    let worst = (replicas + surge) * config.limits.max_rooms as u64 * 280;
+    assert!(maxmemory >= worst, "maxmemory {maxmemory} B < {worst} B of records");
+    assert_eq!(arg("maxmemory-policy"), "noeviction", "evicting a live room's record could split it");
+    let limit: u64 = find(&redis, r"limits:\s*\n\s*memory: (\d+)Mi");
+    assert!(limit * 1024 * 1024 > maxmemory * 3 / 2, "the container's memory leaves room for fragmentation");
+
+    // The NetworkPolicy isolates the Redis pods and admits roomgate's on the Redis port.
+    let policies = documents(&redis, "NetworkPolicy");
+    assert_eq!(policies.len(), 1, "one NetworkPolicy in redis.yaml");
+    let policy = policies[0];
+    let redis_label: String =
+        find(&redis, r"template:\s*\n\s*metadata:\s*\n\s*labels:\s*\n\s*app.kubernetes.io/name: (\S+)");
+    let roomgate_label: String =
+        find(&roomgate, r"template:\s*\n\s*metadata:\s*\n\s*labels:\s*\n\s*app.kubernetes.io/name: (\S+)");
+    let selected: String =
+        find(policy, r"(?m)^  podSelector:\s*\n\s*matchLabels:\s*\n\s*app.kubernetes.io/name: (\S+)");
+    assert_eq!(selected, redis_label, "the policy selects the Redis pods");
+    assert!(policy.contains("policyTypes:\n    - Ingress\n"), "{policy}");
+    let admitted: String =
+        find(policy, r"from:\s*\n\s*- podSelector:\s*\n\s*matchLabels:\s*\n\s*app.kubernetes.io/name: (\S+)");
+    assert_eq!(admitted, roomgate_label, "only roomgate's pods are admitted");
+    assert_eq!(policy.matches("podSelector:").count(), 2, "no other peer: {policy}");
+    assert!(!policy.contains("namespaceSelector") && !policy.contains("ipBlock"), "{policy}");
+    let port: u16 = find(policy, r"port: (\d+)");
+    assert_eq!(port, find::<u16>(&redis, r"containerPort: (\d+)"));
+    assert_eq!(port, 6379);
 }
 
 /// The manifests applied by `kubectl apply -f deploy/kubernetes/`, and the examples beside them.

@@ -8,83 +8,13 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::redis_server::Redis;
 use common::*;
 use futures_util::SinkExt;
 use http::StatusCode;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 use tokio_tungstenite::tungstenite::Message;
-
-/// A private redis-server on a unix socket; stopping and restarting it keeps the path.
-struct Redis {
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-}
-
-impl Redis {
-    async fn start() -> Redis {
-        let mut r = Redis { dir: tempfile::tempdir().unwrap(), child: None };
-        r.restart().await;
-        r
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("redis.sock")
-    }
-
-    fn url(&self) -> String {
-        format!("redis+unix://{}", self.socket().display())
-    }
-
-    /// Starts it (empty: nothing is persisted) and waits until it accepts connections.
-    async fn restart(&mut self) {
-        let mut child = Command::new("redis-server")
-            .args(["--port", "0", "--save", "", "--appendonly", "no", "--unixsocket"])
-            .arg(self.socket())
-            .arg("--dir")
-            .arg(self.dir.path())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("redis-server not found: install it (apt-get install redis-server); .ci/run does");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let ready = tokio::time::timeout(LIMIT, async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if line.contains("ready to accept connections") {
-                    return true;
-                }
-            }
-            false
-        })
-        .await;
-        assert_eq!(ready, Ok(true), "redis-server did not start");
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        self.child = Some(child);
-    }
-
-    /// Kills it, as a crash would.
-    async fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.start_kill().unwrap();
-            let _ = child.wait().await;
-        }
-    }
-
-    async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        let client = redis::Client::open(self.url()).unwrap();
-        client.get_multiplexed_async_connection().await.unwrap()
-    }
-
-    /// Commands the server has processed, from INFO.
-    async fn commands(&self) -> u64 {
-        let info: String = redis::cmd("INFO").arg("stats").query_async(&mut self.conn().await).await.unwrap();
-        info.lines().find_map(|l| l.strip_prefix("total_commands_processed:")).unwrap().trim().parse().unwrap()
-    }
-}
 
 const REFRESH: &str = "300ms";
 
@@ -494,21 +424,23 @@ async fn redis_round_trips_per_placement_per_refresh_and_per_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn figures_at_ten_thousand_live_rooms() {
-    use roomgate::directory::{RedisDirectory, RedisSettings, ReplicaState, RoomDirectory, Use};
+    use roomgate::directory::{MemoryDirectory, RedisDirectory, RedisSettings, ReplicaState, RoomDirectory, Use};
     use std::sync::Arc;
     let redis = Redis::start().await;
     let dirs: Vec<Arc<RedisDirectory>> = ["A", "B"]
         .iter()
         .map(|r| {
-            RedisDirectory::new(RedisSettings {
+            let settings = RedisSettings {
                 url: redis.url(),
                 prefix: "roomgate:".into(),
                 replica: (*r).into(),
                 refresh: Duration::from_secs(2),
                 timeout: Duration::from_millis(250),
                 ttl: Duration::from_secs(64),
-            })
-            .unwrap()
+                ttl_unused: Duration::from_secs(9),
+                password: None,
+            };
+            RedisDirectory::new(settings, MemoryDirectory::new()).unwrap()
         })
         .collect();
     let me = ReplicaState { epoch: 1, backends: vec![Arc::from("b0"), Arc::from("b1")] };

@@ -1,10 +1,13 @@
-//! The in-memory room directory of a single roomgate process.
+//! The in-memory room directory of a single roomgate process, bounded by `limits.max_rooms`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::{BoxFuture, Placement, RoomDirectory, RoomInfo, Use};
+use prometheus_client::metrics::counter::Counter;
+
+use super::cap::{Cap, DEFAULT_MAX_ROOMS};
+use super::{BoxFuture, Placement, Retention, RoomDirectory, RoomInfo, Use};
 
 const SHARDS: usize = 64;
 
@@ -20,8 +23,21 @@ pub struct LiveEntry {
 
 /// Rooms in 64 shards, each behind its own lock, so requests for different rooms rarely wait on
 /// each other.
+///
+/// At most `limits.max_rooms` entries: past it a new room is placed but not recorded, except a
+/// room that gets a WebSocket (an unrecorded live room could be split by the next reload or
+/// drain); such an entry goes at the first sweep after its last connection closes.
 pub struct MemoryDirectory {
     shards: Box<[Mutex<Shard>]>,
+    cap: Cap,
+}
+
+/// What [`MemoryDirectory::enter_counted`] did with a connection it counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entered {
+    /// The room's first WebSocket, on this owner at this version: from now on it keeps the
+    /// full `rooms.linger` (a shared directory extends its record to match).
+    pub first_socket: Option<u64>,
 }
 
 type Shard = HashMap<Box<str>, Entry>;
@@ -37,24 +53,57 @@ struct Entry {
     moving: u32,
     /// Since when the room has had no connection.
     idle_since: Option<Instant>,
+    /// Has had a WebSocket: lingers `rooms.linger` (else `rooms.linger_unused`).
+    had_socket: bool,
+    /// Recorded past the cap for its WebSocket: does not linger once idle.
+    over_cap: bool,
 }
 
 impl Default for MemoryDirectory {
     fn default() -> Self {
-        MemoryDirectory { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+        Self::with_cap(DEFAULT_MAX_ROOMS, Counter::default())
     }
 }
 
 impl MemoryDirectory {
+    /// A directory with the default cap and a counter of its own.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// [`RoomDirectory::place_if_absent`], synchronously.
+    /// A directory of at most `max_rooms` entries (see the type); `over_cap` counts the new
+    /// rooms placed but not recorded (`Metrics::rooms_over_cap`).
+    pub fn with_cap(max_rooms: usize, over_cap: Counter) -> Self {
+        MemoryDirectory {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            cap: Cap::new(max_rooms, over_cap),
+        }
+    }
+
+    /// No new room can be recorded (the cap is reached).
+    pub fn is_full(&self) -> bool {
+        self.cap.is_full()
+    }
+
+    /// `limits.max_rooms` in force.
+    pub fn max_rooms(&self) -> usize {
+        self.cap.max()
+    }
+
+    /// New rooms placed but not recorded so far.
+    pub fn over_cap(&self) -> u64 {
+        self.cap.over_cap()
+    }
+
+    /// [`RoomDirectory::place_if_absent`], synchronously. Past the cap, a new room gets
+    /// `candidate` unrecorded.
     pub fn place_local(&self, key: &str, candidate: &Arc<str>) -> Placement {
-        with_entry(&mut self.shard(key), key, candidate, Some(Instant::now()), |e| Placement {
-            owner: e.owner.clone(),
-            live: e.connections() > 0,
+        let placed = self.with_entry(&mut self.shard(key), key, candidate, Some(Instant::now()), false, |e| {
+            Placement { owner: e.owner.clone(), live: e.connections() > 0 }
+        });
+        placed.unwrap_or_else(|| {
+            self.cap.refuse();
+            Placement { owner: candidate.clone(), live: false }
         })
     }
 
@@ -88,13 +137,42 @@ impl MemoryDirectory {
     /// Takes `owner` as the room's owner, learned from elsewhere: recorded for a new room,
     /// replacing the recorded one of a room without connections here. A room with connections
     /// here keeps its owner (they are moved by [`MemoryDirectory::reassign_local`]).
+    /// Past the cap, a new room is not recorded (and counted as such).
     pub fn adopt(&self, key: &str, owner: &Arc<str>, version: u64) -> Arc<str> {
-        with_entry(&mut self.shard(key), key, owner, Some(Instant::now()), |e| {
+        let adopted = self.with_entry(&mut self.shard(key), key, owner, Some(Instant::now()), false, |e| {
             if e.connections() == 0 {
                 e.owner = owner.clone();
                 e.version = version;
             }
             e.owner.clone()
+        });
+        adopted.unwrap_or_else(|| {
+            self.cap.refuse();
+            owner.clone()
+        })
+    }
+
+    /// [`RoomDirectory::enter`], telling whether (and how) the connection was counted. A socket
+    /// is always counted, its room recorded even past the cap; a request in a room not recorded
+    /// (placed past the cap) is not.
+    pub fn enter_counted(&self, key: &str, owner: &Arc<str>, kind: Use) -> Option<Entered> {
+        let socket = kind == Use::Socket;
+        self.with_entry(&mut self.shard(key), key, owner, None, socket, |e| {
+            let mut first_socket = None;
+            if e.owner != *owner {
+                // Moved between the caller's look-up and now: the caller closes this connection.
+                e.moving += 1;
+            } else if socket {
+                e.sockets += 1;
+                if !e.had_socket {
+                    e.had_socket = true;
+                    first_socket = Some(e.version);
+                }
+            } else {
+                e.requests += 1;
+            }
+            e.idle_since = None;
+            Entered { first_socket }
         })
     }
 
@@ -125,6 +203,43 @@ impl MemoryDirectory {
         // Entries are updated field by field without invariants spanning a panic: a poisoned
         // shard is still consistent enough to serve.
         self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies `f` to the room's entry, created with `owner` if absent and the cap allows it (or
+    /// `forced`: a socket's room). `None`: absent and not created. Looks up before inserting, so
+    /// that the key is copied only for a new room.
+    fn with_entry<T>(
+        &self,
+        shard: &mut Shard,
+        key: &str,
+        owner: &Arc<str>,
+        idle: Option<Instant>,
+        forced: bool,
+        f: impl FnOnce(&mut Entry) -> T,
+    ) -> Option<T> {
+        if let Some(e) = shard.get_mut(key) {
+            return Some(f(e));
+        }
+        let over_cap = !self.cap.admit();
+        if over_cap {
+            if !forced {
+                return None;
+            }
+            self.cap.force();
+        }
+        let mut e = Entry {
+            owner: owner.clone(),
+            version: 1,
+            sockets: 0,
+            requests: 0,
+            moving: 0,
+            idle_since: idle,
+            had_socket: false,
+            over_cap,
+        };
+        let out = f(&mut e);
+        shard.insert(key.into(), e);
+        Some(out)
     }
 
     fn each(&self, mut f: impl FnMut(&str, &Entry)) {
@@ -159,27 +274,6 @@ impl Entry {
     }
 }
 
-/// Applies `f` to the room's entry, created with `owner` if absent. Looks up before inserting, so
-/// that the key is copied only for a new room.
-fn with_entry<T>(
-    shard: &mut Shard,
-    key: &str,
-    owner: &Arc<str>,
-    idle: Option<Instant>,
-    f: impl FnOnce(&mut Entry) -> T,
-) -> T {
-    match shard.get_mut(key) {
-        Some(e) => f(e),
-        None => {
-            let mut e =
-                Entry { owner: owner.clone(), version: 1, sockets: 0, requests: 0, moving: 0, idle_since: idle };
-            let out = f(&mut e);
-            shard.insert(key.into(), e);
-            out
-        }
-    }
-}
-
 impl RoomDirectory for MemoryDirectory {
     fn owner(&self, key: &str) -> Option<Arc<str>> {
         self.shard(key).get(key).map(|e| e.owner.clone())
@@ -193,19 +287,8 @@ impl RoomDirectory for MemoryDirectory {
         Box::pin(std::future::ready(self.reassign_local(key, from, to)))
     }
 
-    fn enter(&self, key: &str, owner: &Arc<str>, kind: Use) {
-        with_entry(&mut self.shard(key), key, owner, None, |e| {
-            if e.owner != *owner {
-                // Moved between the caller's look-up and now: the caller closes this connection.
-                e.moving += 1;
-            } else {
-                match kind {
-                    Use::Socket => e.sockets += 1,
-                    Use::Request => e.requests += 1,
-                }
-            }
-            e.idle_since = None;
-        });
+    fn enter(&self, key: &str, owner: &Arc<str>, kind: Use) -> bool {
+        self.enter_counted(key, owner, kind).is_some()
     }
 
     fn leave(&self, key: &str, owner: &str, kind: Use) {
@@ -248,31 +331,35 @@ impl RoomDirectory for MemoryDirectory {
         out
     }
 
-    fn sweep(&self, linger: Duration, draining: &dyn Fn(&str) -> bool) -> usize {
+    fn sweep(&self, rules: &Retention, draining: &dyn Fn(&str) -> bool) -> usize {
+        self.cap.set_max(rules.max_rooms);
         let now = Instant::now();
         let mut removed = 0;
         for shard in self.shards.iter() {
             let mut map = shard.lock().unwrap_or_else(|p| p.into_inner());
-            map.retain(|_, e| {
-                let keep = match e.idle_since {
-                    None => true,
-                    Some(since) => !draining(&e.owner) && now.duration_since(since) < linger,
-                };
-                removed += usize::from(!keep);
-                keep
+            let before = map.len();
+            map.retain(|_, e| match e.idle_since {
+                None => true,
+                Some(since) => {
+                    let linger = if e.had_socket { rules.linger } else { rules.linger_unused };
+                    !e.over_cap && !draining(&e.owner) && now.duration_since(since) < linger
+                }
             });
+            self.cap.release(before - map.len());
+            removed += before - map.len();
             shrink(&mut map);
         }
         removed
     }
 
     fn counts(&self) -> (usize, usize) {
-        let (mut all, mut live) = (0, 0);
-        self.each(|_, e| {
-            all += 1;
-            live += usize::from(e.connections() > 0);
-        });
-        (all, live)
+        let mut live = 0;
+        self.each(|_, e| live += usize::from(e.connections() > 0));
+        (self.cap.known(), live)
+    }
+
+    fn status(&self) -> serde_json::Value {
+        serde_json::json!({ "backend": "memory", "max_rooms": self.cap.max(), "over_cap": self.cap.over_cap() })
     }
 }
 
@@ -285,88 +372,4 @@ pub(crate) fn shrink<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tables_shrink_after_a_burst_closes() {
-        let mut map: HashMap<u64, u64> = (0..10_000).map(|i| (i, i)).collect();
-        let peak = map.capacity();
-        map.retain(|k, _| *k < 100);
-        shrink(&mut map);
-        assert!(map.capacity() < peak / 16, "capacity {} after the burst, {peak} at its peak", map.capacity());
-        assert_eq!(map.len(), 100);
-        let steady = map.capacity();
-        shrink(&mut map);
-        assert_eq!(map.capacity(), steady, "a table in use is left alone");
-    }
-
-    fn id(s: &str) -> Arc<str> {
-        s.into()
-    }
-
-    #[tokio::test]
-    async fn first_writer_wins() {
-        let d = MemoryDirectory::new();
-        assert_eq!(&*d.place_if_absent("r", &id("a")).await.owner, "a");
-        assert_eq!(&*d.place_if_absent("r", &id("b")).await.owner, "a");
-        assert_eq!(d.owner("r").as_deref(), Some("a"));
-    }
-
-    #[test]
-    fn counts_connections_and_lingers() {
-        let d = MemoryDirectory::new();
-        d.enter("r", &id("a"), Use::Socket);
-        d.enter("r", &id("a"), Use::Request);
-        assert_eq!(
-            d.get("r").unwrap(),
-            RoomInfo { key: "r".into(), backend: "a".into(), sockets: 1, requests: 1, live: true }
-        );
-        assert_eq!(d.live_rooms_on("a"), vec!["r".to_owned()]);
-        d.leave("r", "a", Use::Request);
-        d.leave("r", "a", Use::Socket);
-        assert!(!d.get("r").unwrap().live);
-        assert_eq!(d.sweep(Duration::from_secs(60), &|_| false), 0, "lingers");
-        assert_eq!(d.owner("r").as_deref(), Some("a"));
-        assert_eq!(d.sweep(Duration::ZERO, &|_| false), 1, "expires after the linger");
-        assert_eq!(d.owner("r"), None);
-    }
-
-    #[test]
-    fn idle_rooms_of_a_draining_backend_go_at_once() {
-        let d = MemoryDirectory::new();
-        d.enter("idle", &id("a"), Use::Request);
-        d.leave("idle", "a", Use::Request);
-        d.enter("live", &id("a"), Use::Socket);
-        assert_eq!(d.sweep(Duration::from_secs(60), &|b| b == "a"), 1);
-        assert!(d.owner("idle").is_none());
-        assert!(d.owner("live").is_some(), "a live room is never swept");
-    }
-
-    #[test]
-    fn reassign_moves_the_room_and_not_its_closing_sockets() {
-        let d = MemoryDirectory::new();
-        d.enter("r", &id("a"), Use::Socket);
-        assert!(!d.reassign_local("r", "b", &id("c")), "only from the current owner");
-        assert!(d.reassign_local("r", "a", &id("b")));
-        assert_eq!(d.get("r").unwrap().backend, "b");
-        assert_eq!(d.get("r").unwrap().sockets, 0);
-        assert!(d.get("r").unwrap().live, "the closing socket still holds the room");
-        d.enter("r", &id("b"), Use::Socket);
-        d.leave("r", "a", Use::Socket);
-        assert_eq!(d.get("r").unwrap().sockets, 1);
-    }
-
-    #[test]
-    fn list_pages_in_key_order() {
-        let d = MemoryDirectory::new();
-        for k in ["c", "a", "b", "d"] {
-            d.enter(k, &id("x"), Use::Socket);
-        }
-        let first: Vec<String> = d.list(None, 2).into_iter().map(|r| r.key).collect();
-        assert_eq!(first, ["a", "b"]);
-        let next: Vec<String> = d.list(Some("b"), 2).into_iter().map(|r| r.key).collect();
-        assert_eq!(next, ["c", "d"]);
-        assert_eq!(d.counts(), (4, 4));
-    }
-}
+mod tests;

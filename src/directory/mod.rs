@@ -5,7 +5,12 @@
 //!
 //! [`RoomDirectory`] is the seam for a shared implementation (several roomgate replicas): its
 //! `place_if_absent` is first-writer-wins and asynchronous, while counting connections stays local.
+//!
+//! The directory is bounded (`limits.max_rooms`, see [`MemoryDirectory`]), and a room that never
+//! had a WebSocket is forgotten `rooms.linger_unused` after its last request, so that a client
+//! sending random keys cannot fill it.
 
+mod cap;
 mod memory;
 mod redis;
 
@@ -16,8 +21,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use cap::DEFAULT_MAX_ROOMS;
 pub(crate) use memory::shrink;
-pub use memory::{LiveEntry, MemoryDirectory};
+pub use memory::{Entered, LiveEntry, MemoryDirectory};
 pub use redis::{RedisDirectory, RedisSettings};
 
 /// What kind of connection holds a room live.
@@ -40,6 +46,27 @@ pub struct RoomInfo {
     pub live: bool,
 }
 
+/// How long rooms without a connection are remembered, and how many rooms may be: the config's
+/// `[rooms]` and `limits.max_rooms`, given at each sweep so that a reload takes effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// A room that has had a WebSocket: kept this long after its last connection closes.
+    pub linger: Duration,
+    /// A room that never had one: kept this long after its last request.
+    pub linger_unused: Duration,
+    pub max_rooms: usize,
+}
+
+impl Retention {
+    pub fn from_config(config: &crate::Config) -> Retention {
+        Retention {
+            linger: config.rooms.linger,
+            linger_unused: config.rooms.linger_unused,
+            max_rooms: config.limits.max_rooms,
+        }
+    }
+}
+
 /// A boxed future, as trait objects return them.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -58,17 +85,20 @@ pub trait RoomDirectory: Send + Sync + 'static {
     fn owner(&self, key: &str) -> Option<Arc<str>>;
 
     /// Records `candidate` as the room's owner unless it has one; resolves with the owner in force.
-    /// Two callers placing the same new room at once get the same answer.
+    /// Two callers placing the same new room at once get the same answer. Past `limits.max_rooms`
+    /// a new room gets `candidate` without being recorded (counted in `rooms_over_cap`).
     fn place_if_absent<'a>(&'a self, key: &'a str, candidate: &'a Arc<str>) -> BoxFuture<'a, Placement>;
 
     /// Moves a room from `from` to `to` if `from` still owns it. Connections still open on `from`
     /// are being closed by the caller; they no longer count as the room's.
     fn reassign<'a>(&'a self, key: &'a str, from: &'a str, to: &'a Arc<str>) -> BoxFuture<'a, bool>;
 
-    /// Counts a connection of the room on `owner`.
-    fn enter(&self, key: &str, owner: &Arc<str>, kind: Use);
+    /// Counts a connection of the room on `owner`; `false`: not counted (a request in a room
+    /// that is not recorded). A socket is always counted, its room recorded even past the cap.
+    fn enter(&self, key: &str, owner: &Arc<str>, kind: Use) -> bool;
 
-    /// Un-counts a connection counted by [`RoomDirectory::enter`].
+    /// Un-counts a connection that [`RoomDirectory::enter`] counted (and only such a one: the
+    /// room's entry may since have been created by someone else's connection).
     fn leave(&self, key: &str, owner: &str, kind: Use);
 
     fn get(&self, key: &str) -> Option<RoomInfo>;
@@ -79,8 +109,9 @@ pub trait RoomDirectory: Send + Sync + 'static {
     /// Keys of the rooms owned by `backend` that have a connection now.
     fn live_rooms_on(&self, backend: &str) -> Vec<String>;
 
-    /// Forgets rooms without connections: after `linger`, or at once when `draining(owner)`.
-    fn sweep(&self, linger: Duration, draining: &dyn Fn(&str) -> bool) -> usize;
+    /// Forgets rooms without connections: after their linger (`rules`), or at once when
+    /// `draining(owner)` or when recorded past the cap. Takes `rules.max_rooms` as the cap.
+    fn sweep(&self, rules: &Retention, draining: &dyn Fn(&str) -> bool) -> usize;
 
     /// (rooms known, rooms with a connection)
     fn counts(&self) -> (usize, usize);
@@ -136,23 +167,27 @@ pub(crate) fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Counts one connection of a room for as long as it lives.
+/// Counts one connection of a room for as long as it lives (if the directory counted it).
 pub struct Presence {
     directory: Arc<dyn RoomDirectory>,
     key: Box<str>,
     owner: Arc<str>,
     kind: Use,
+    /// The directory counted this connection: only then is it un-counted.
+    entered: bool,
 }
 
 impl Presence {
     pub fn new(directory: Arc<dyn RoomDirectory>, key: &str, owner: Arc<str>, kind: Use) -> Self {
-        directory.enter(key, &owner, kind);
-        Presence { directory, key: key.into(), owner, kind }
+        let entered = directory.enter(key, &owner, kind);
+        Presence { directory, key: key.into(), owner, kind, entered }
     }
 }
 
 impl Drop for Presence {
     fn drop(&mut self) {
-        self.directory.leave(&self.key, &self.owner, self.kind);
+        if self.entered {
+            self.directory.leave(&self.key, &self.owner, self.kind);
+        }
     }
 }

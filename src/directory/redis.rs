@@ -4,7 +4,9 @@
 //! what the replicas must agree on:
 //! - `{prefix}room:{key}`: "owner version", the room's owner, placed first-writer-wins (one
 //!   script: GET, else SET with an expiry). Every move bumps the version, so that a move wins
-//!   over replicas that still hold the room on its old owner: they follow it.
+//!   over replicas that still hold the room on its old owner: they follow it. A new record lives
+//!   `rooms.linger_unused` (plus slack) until the room gets a WebSocket; from then on
+//!   `rooms.linger`. A replica whose directory is full (`limits.max_rooms`) writes no new record.
 //! - `{prefix}held:{replica}`: room -> "owner version connections" for the rooms a replica holds
 //!   live; it expires with the replica's heartbeat.
 //! - `{prefix}replicas`: replica -> "epoch seen_ms backend,ids" (heartbeat).
@@ -12,8 +14,8 @@
 //!   everywhere. `{prefix}splits` counts conflicts seen.
 //!
 //! Redis is touched when a room is placed or moved and once per refresh period (one command per
-//! live room, in scripts of 500 rooms, plus one pipeline), never per request of a room live here
-//! and never per WebSocket frame. When Redis is unreachable, known rooms keep their owner, new
+//! live room, in scripts of 500 rooms, plus one pipeline, plus one script for the rooms that got
+//! their first WebSocket), never per request of a room live here and never per WebSocket frame. When Redis is unreachable, known rooms keep their owner, new
 //! rooms get pure placement (which every replica computes alike), and the outage shows in logs,
 //! status and metrics. When it returns, possibly empty, each replica's next refresh re-asserts the
 //! rooms it holds live; a room placed twice meanwhile goes to the owner with the most live
@@ -22,20 +24,36 @@
 //! The scripts reach keys they are not given as KEYS: a standalone Redis (or a primary with
 //! replicas), not Redis Cluster.
 
-use std::collections::{HashMap, HashSet};
+mod fleet;
+mod refresh;
+mod scripts;
+
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
+use redis::IntoConnectionInfo;
 use redis::aio::ConnectionManager;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::memory::LiveEntry;
-use super::{BoxFuture, MemoryDirectory, Placement, ReplicaState, RoomDirectory, RoomInfo, SyncReport, Use, unix_ms};
+use self::fleet::Fleet;
+use self::scripts::{EXTEND, PLACE, REASSIGN, REFRESH};
+use super::{BoxFuture, MemoryDirectory, Placement, ReplicaState, Retention, RoomDirectory, RoomInfo, SyncReport, Use};
+use crate::throttle::Throttle;
 
-/// Rooms per refresh script call.
+/// Live rooms per refresh script call.
 const BATCH: usize = 500;
+
+/// Rooms no longer held here, removed from `held:{replica}` per refresh script call (as many
+/// calls as needed: a burst of rooms going idle at once takes several).
+const GONE_BATCH: usize = 2000;
+
+/// Rooms that got their first WebSocket, waiting for the next sync to extend their record: a
+/// burst past this (while Redis is slow or away) leaves the rest with the short TTL, which costs
+/// at worst a re-placement of an idle room (the same owner unless the backend set changed).
+const FIRST_SOCKETS: usize = 10_000;
 
 /// Where the shared directory lives and how it is kept.
 #[derive(Clone, Debug)]
@@ -50,112 +68,11 @@ pub struct RedisSettings {
     pub timeout: Duration,
     /// How long a room stays recorded after the last refresh by any replica.
     pub ttl: Duration,
+    /// How long a new room's record lives until a refresh or its first WebSocket gives it `ttl`.
+    pub ttl_unused: Duration,
+    /// Sent to Redis (AUTH) in place of a password in the URL (`password_file`).
+    pub password: Option<String>,
 }
-
-/// Places a new room, or returns the recorded owner, its version, and whether some replica
-/// holds the room live. KEYS[1]: the room's key; ARGV: candidate, ttl ms, prefix, room.
-const PLACE: &str = r"
-local cur = redis.call('GET', KEYS[1])
-if not cur then
-  redis.call('SET', KEYS[1], ARGV[1] .. ' 1', 'PX', ARGV[2])
-  return {ARGV[1], 1, 0}
-end
-local o, v = string.match(cur, '^(%S+) (%d+)$')
-local live = 0
-for _, rep in ipairs(redis.call('HKEYS', ARGV[3] .. 'replicas')) do
-  if redis.call('HEXISTS', ARGV[3] .. 'held:' .. rep, ARGV[4]) == 1 then
-    live = 1
-    break
-  end
-end
-return {o, tonumber(v), live}
-";
-
-/// Moves a room from ARGV[1] to ARGV[2] (the next version) unless another replica moved it
-/// elsewhere first; returns the version now recorded, 0 when it was moved elsewhere.
-const REASSIGN: &str = r"
-local cur = redis.call('GET', KEYS[1])
-local o, v = nil, 0
-if cur then
-  o, v = string.match(cur, '^(%S+) (%d+)$')
-  v = tonumber(v)
-end
-if o == ARGV[2] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return v
-end
-if (not cur) or o == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2] .. ' ' .. (v + 1), 'PX', ARGV[3])
-  return v + 1
-end
-return 0
-";
-
-/// Refreshes (or re-asserts) the rooms this replica holds live, one SET per room, and records
-/// them in the replica's `held` hash. ARGV: prefix, replica, room ttl ms, held ttl ms, n, then
-/// n x (room, owner, version, connections), then the rooms this replica no longer holds.
-/// Returns per room "" (agreed) or the "owner version" this replica must follow:
-/// - a later version elsewhere is a move this replica has not seen: follow it;
-/// - the same version with another owner is a room placed twice (an outage, or replicas that
-///   place differently): the owner with the most live connections wins, a tie keeps the
-///   recorded one.
-const REFRESH: &str = r"
-local p, me, ttl, held_ttl, n = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
-local out, held = {}, {}
-local i = 6
-for r = 1, n do
-  local room, owner, ver, conns = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-  i = i + 4
-  local k = p .. 'room:' .. room
-  local mine = owner .. ' ' .. ver
-  local old = redis.call('SET', k, mine, 'PX', ttl, 'GET')
-  local result = ''
-  if old and old ~= mine then
-    local o, v = string.match(old, '^(%S+) (%d+)$')
-    v = tonumber(v) or 0
-    if v > ver then
-      redis.call('SET', k, old, 'PX', ttl)
-      result = old
-    elseif v == ver then
-      local tally = {[owner] = conns}
-      for _, rep in ipairs(redis.call('HKEYS', p .. 'replicas')) do
-        if rep ~= me then
-          local h = redis.call('HGET', p .. 'held:' .. rep, room)
-          local ho, hv, hc = string.match(h or '', '^(%S+) (%d+) (%d+)$')
-          if ho and tonumber(hv) == ver then
-            tally[ho] = (tally[ho] or 0) + tonumber(hc)
-          end
-        end
-      end
-      local best, most = o, tally[o] or 0
-      for ho, c in pairs(tally) do
-        if c > most or (c == most and best ~= o and ho < best) then
-          best, most = ho, c
-        end
-      end
-      if (tally[o] or 0) > 0 then
-        redis.call('INCR', p .. 'splits')
-      end
-      if best ~= owner then
-        redis.call('SET', k, best .. ' ' .. ver, 'PX', ttl)
-        result = best .. ' ' .. ver
-      end
-    end
-  end
-  held[#held + 1] = room
-  held[#held + 1] = mine .. ' ' .. conns
-  out[#out + 1] = result
-end
-local hk = p .. 'held:' .. me
-if #held > 0 then
-  redis.call('HSET', hk, unpack(held))
-end
-if i <= #ARGV then
-  redis.call('HDEL', hk, unpack(ARGV, i, #ARGV))
-end
-redis.call('PEXPIRE', hk, held_ttl)
-return out
-";
 
 /// The shared directory: a local one for this replica's connections, Redis for the fleet.
 pub struct RedisDirectory {
@@ -166,8 +83,14 @@ pub struct RedisDirectory {
     /// Redis answered the last call.
     up: AtomicBool,
     last_error: Mutex<Option<String>>,
-    /// Rooms this replica published as held live at the last refresh.
+    /// Rooms this replica may have in its `held` hash: published as live, not yet removed.
     published: Mutex<HashSet<String>>,
+    /// Rooms that got their first WebSocket here: (room, "owner version"), extended at the next
+    /// sync. Bounded by [`FIRST_SOCKETS`].
+    first_sockets: Mutex<Vec<(String, String)>>,
+    /// Outage log lines: the first of an outage, then one a minute (a wrong password fails
+    /// every sync).
+    outage_log: Throttle,
     /// Drain changes made here while Redis was unreachable, replayed by the next sync.
     unshared_drains: Mutex<Vec<(String, Option<u64>)>>,
     /// Fleet figures read by the last sync.
@@ -180,6 +103,7 @@ struct Scripts {
     place: redis::Script,
     reassign: redis::Script,
     refresh: redis::Script,
+    extend: redis::Script,
 }
 
 /// Redis round trips by purpose, and time spent placing rooms.
@@ -189,31 +113,34 @@ struct Calls {
     place_micros: AtomicU64,
     reassign: AtomicU64,
     refresh: AtomicU64,
+    extend: AtomicU64,
     sync: AtomicU64,
     read: AtomicU64,
     errors: AtomicU64,
 }
 
-#[derive(Clone, Debug, Default)]
-struct Fleet {
-    live_rooms: u64,
-    splits: u64,
-    replicas: Vec<Value>,
-}
-
 impl RedisDirectory {
-    /// A directory on the Redis at `settings.url`. Nothing is connected yet: the first sync
-    /// connects, and until then (or while Redis is away) the replica works on its own.
-    pub fn new(settings: RedisSettings) -> Result<Arc<RedisDirectory>, redis::RedisError> {
-        let client = redis::Client::open(settings.url.as_str())?;
+    /// A directory on the Redis at `settings.url`, counting this replica's connections in
+    /// `local` (whose cap, `limits.max_rooms`, bounds what this replica writes to Redis too).
+    /// Nothing is connected yet: the first sync connects, and until then (or while Redis is
+    /// away) the replica works on its own.
+    pub fn new(settings: RedisSettings, local: MemoryDirectory) -> Result<Arc<RedisDirectory>, redis::RedisError> {
+        let mut info = settings.url.as_str().into_connection_info()?;
+        if let Some(password) = &settings.password {
+            let auth = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(auth);
+        }
+        let client = redis::Client::open(info)?;
         Ok(Arc::new(RedisDirectory {
-            local: MemoryDirectory::new(),
+            local,
             settings,
             client,
             conn: ArcSwapOption::empty(),
             up: AtomicBool::new(false),
             last_error: Mutex::new(Some("not connected yet".to_owned())),
             published: Mutex::new(HashSet::new()),
+            first_sockets: Mutex::new(Vec::new()),
+            outage_log: Throttle::new(Duration::from_secs(60)),
             unshared_drains: Mutex::new(Vec::new()),
             fleet: Mutex::new(Fleet::default()),
             calls: Calls::default(),
@@ -221,6 +148,7 @@ impl RedisDirectory {
                 place: redis::Script::new(PLACE),
                 reassign: redis::Script::new(REASSIGN),
                 refresh: redis::Script::new(REFRESH),
+                extend: redis::Script::new(EXTEND),
             },
         }))
     }
@@ -290,7 +218,9 @@ impl RedisDirectory {
     fn failed(&self, why: &str) {
         self.calls.errors.fetch_add(1, Ordering::Relaxed);
         *lock(&self.last_error) = Some(why.to_owned());
-        if self.up.swap(false, Ordering::Relaxed) {
+        let was_up = self.up.swap(false, Ordering::Relaxed);
+        // `|` and not `||`: the throttle's period starts with the first line of an outage.
+        if was_up | self.outage_log.ready().is_some() {
             tracing::warn!(
                 error = why,
                 "Redis unreachable: known rooms keep their owner, new rooms get pure placement"
@@ -328,107 +258,9 @@ impl RedisDirectory {
             }
         }
         let moved = self.refresh().await?;
+        self.extend_first_sockets().await?;
         let drains = self.heartbeat(me).await?;
         Some(SyncReport { drains, moved })
-    }
-
-    /// Publishes the rooms held live here. Rooms the fleet records elsewhere are moved here (the
-    /// local record) and returned as (room, local owner, fleet owner), for their sockets to be
-    /// closed.
-    async fn refresh(&self) -> Option<Vec<(String, Arc<str>, Arc<str>)>> {
-        let live = self.local.live_entries();
-        let now_live: HashSet<String> = live.iter().map(|e| e.key.clone()).collect();
-        let gone: Vec<String> = lock(&self.published).difference(&now_live).cloned().collect();
-        let mut moves = Vec::new();
-        let ttl = self.ttl_ms().to_string();
-        let held_ttl = (3 * self.settings.refresh.as_millis() as u64).max(self.ttl_ms()).to_string();
-        let mut chunks: Vec<&[LiveEntry]> = live.chunks(BATCH).collect();
-        if chunks.is_empty() && !gone.is_empty() {
-            chunks.push(&[]);
-        }
-        for (b, chunk) in chunks.iter().enumerate() {
-            let mut inv = self.scripts.refresh.prepare_invoke();
-            inv.arg(&self.settings.prefix).arg(&self.settings.replica).arg(&ttl).arg(&held_ttl).arg(chunk.len());
-            for e in chunk.iter() {
-                inv.arg(&e.key).arg(&*e.owner).arg(e.version).arg(e.connections);
-            }
-            if b == 0 {
-                for room in gone.iter().take(BATCH * 4) {
-                    inv.arg(room);
-                }
-            }
-            let answers: Vec<String> = self.call(&self.calls.refresh, async |c| inv.invoke_async(c).await).await?;
-            for (e, answer) in chunk.iter().zip(answers) {
-                let Some((owner, version)) = parse_record(&answer) else { continue };
-                let to: Arc<str> = Arc::from(owner);
-                if to == e.owner {
-                    self.local.set_version(&e.key, &e.owner, version);
-                } else if self.local.move_to(&e.key, &e.owner, &to, Some(version)) {
-                    moves.push((e.key.clone(), e.owner.clone(), to));
-                }
-            }
-        }
-        *lock(&self.published) = now_live;
-        Some(moves)
-    }
-
-    /// Heartbeat and fleet reads in one pipeline; returns the drains in force.
-    async fn heartbeat(&self, me: &ReplicaState) -> Option<HashMap<String, u64>> {
-        let now = unix_ms();
-        let refresh_ms = self.settings.refresh.as_millis() as u64;
-        let backends: Vec<&str> = me.backends.iter().map(|b| &**b).collect();
-        let beat = format!("{} {now} {}", me.epoch, backends.join(","));
-        let replicas_key = self.key("replicas", "");
-        let mut pipe = redis::pipe();
-        pipe.cmd("HSET").arg(&replicas_key).arg(&self.settings.replica).arg(&beat).ignore();
-        pipe.cmd("HGETALL").arg(&replicas_key);
-        pipe.cmd("HGETALL").arg(self.key("drains", ""));
-        pipe.cmd("GET").arg(self.key("splits", ""));
-        type Reply = (HashMap<String, String>, HashMap<String, u64>, Option<u64>);
-        let (beats, drains, splits): Reply = self.call(&self.calls.sync, async |c| pipe.query_async(c).await).await?;
-        // Replicas gone for good leave the heartbeat hash (their `held` hashes have expired).
-        let dead: Vec<&String> = beats
-            .iter()
-            .filter(|(_, beat)| beat_age(beat, now).is_none_or(|age| age > self.ttl_ms().max(10 * refresh_ms)))
-            .map(|(replica, _)| replica)
-            .collect();
-        if !dead.is_empty() {
-            let mut cmd = redis::cmd("HDEL");
-            cmd.arg(&replicas_key).arg(&dead);
-            self.call(&self.calls.sync, async |c| cmd.query_async::<i64>(c).await).await?;
-        }
-        let live_rooms = self.fleet_live_rooms(&beats).await;
-        let mut replicas: Vec<Value> = beats
-            .iter()
-            .filter_map(|(replica, beat)| {
-                let mut parts = beat.splitn(3, ' ');
-                let epoch: u64 = parts.next()?.parse().ok()?;
-                let seen: u64 = parts.next()?.parse().ok()?;
-                let backends: Vec<&str> = parts.next().unwrap_or("").split(',').filter(|b| !b.is_empty()).collect();
-                (now.saturating_sub(seen) <= 3 * refresh_ms).then(|| {
-                    json!({ "replica": replica, "epoch": epoch, "backends": backends, "seen_ms_ago": now.saturating_sub(seen) })
-                })
-            })
-            .collect();
-        replicas.sort_by(|a, b| a["replica"].as_str().cmp(&b["replica"].as_str()));
-        let mut fleet = lock(&self.fleet);
-        *fleet = Fleet { live_rooms: live_rooms.unwrap_or(fleet.live_rooms), splits: splits.unwrap_or(0), replicas };
-        Some(drains)
-    }
-
-    /// Distinct rooms held live by any replica, counted every tenth sync (the union of the
-    /// replicas' `held` hashes is read whole).
-    async fn fleet_live_rooms(&self, beats: &HashMap<String, String>) -> Option<u64> {
-        if self.calls.sync.load(Ordering::Relaxed) % 10 != 1 {
-            return None;
-        }
-        let mut pipe = redis::pipe();
-        for replica in beats.keys() {
-            pipe.cmd("HKEYS").arg(self.key("held:", replica));
-        }
-        let all: Vec<Vec<String>> = self.call(&self.calls.read, async |c| pipe.query_async(c).await).await?;
-        let rooms: HashSet<&String> = all.iter().flatten().collect();
-        Some(rooms.len() as u64)
     }
 
     async fn write_drain(&self, backend: &str, deadline: Option<u64>) -> bool {
@@ -456,7 +288,11 @@ impl RoomDirectory for RedisDirectory {
         Box::pin(async move {
             let start = Instant::now();
             let room = self.key("room:", key);
-            let (ttl, prefix) = (self.ttl_ms(), &self.settings.prefix);
+            // A full directory writes no new record (the script still reads the recorded owner);
+            // a room known here is still written, like any other room this replica records.
+            let full = self.local.is_full() && self.local.owner_if(key, false).is_none();
+            let ttl = if full { 0 } else { self.settings.ttl_unused.as_millis().max(1) as u64 };
+            let prefix = &self.settings.prefix;
             let answer: Option<(String, u64, u8)> = self
                 .call(&self.calls.place, async |c| {
                     self.scripts.place.key(&room).arg(&**candidate).arg(ttl).arg(prefix).arg(key).invoke_async(c).await
@@ -496,8 +332,15 @@ impl RoomDirectory for RedisDirectory {
         })
     }
 
-    fn enter(&self, key: &str, owner: &Arc<str>, kind: Use) {
-        self.local.enter(key, owner, kind);
+    fn enter(&self, key: &str, owner: &Arc<str>, kind: Use) -> bool {
+        let Some(entered) = self.local.enter_counted(key, owner, kind) else { return false };
+        if let Some(version) = entered.first_socket {
+            let mut queue = lock(&self.first_sockets);
+            if queue.len() < FIRST_SOCKETS {
+                queue.push((key.to_owned(), format!("{owner} {version}")));
+            }
+        }
+        true
     }
 
     fn leave(&self, key: &str, owner: &str, kind: Use) {
@@ -516,8 +359,8 @@ impl RoomDirectory for RedisDirectory {
         self.local.live_rooms_on(backend)
     }
 
-    fn sweep(&self, linger: Duration, draining: &dyn Fn(&str) -> bool) -> usize {
-        self.local.sweep(linger, draining)
+    fn sweep(&self, rules: &Retention, draining: &dyn Fn(&str) -> bool) -> usize {
+        self.local.sweep(rules, draining)
     }
 
     fn counts(&self) -> (usize, usize) {
@@ -538,90 +381,15 @@ impl RoomDirectory for RedisDirectory {
     }
 
     fn fleet_room<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<Value>> {
-        Box::pin(async move {
-            let replicas_key = self.key("replicas", "");
-            let names: Vec<String> = self
-                .call(&self.calls.read, async |c| redis::cmd("HKEYS").arg(&replicas_key).query_async(c).await)
-                .await?;
-            let mut pipe = redis::pipe();
-            pipe.cmd("GET").arg(self.key("room:", key));
-            for name in &names {
-                pipe.cmd("HGET").arg(self.key("held:", name)).arg(key);
-            }
-            let mut answers: Vec<Option<String>> =
-                self.call(&self.calls.read, async |c| pipe.query_async(c).await).await?;
-            let record = answers.remove(0);
-            let (owner, version) = record.as_deref().and_then(parse_record).unzip();
-            let replicas: serde_json::Map<String, Value> = names
-                .into_iter()
-                .zip(answers)
-                .filter_map(|(replica, held)| {
-                    let held = held?;
-                    let mut parts = held.split(' ');
-                    let (backend, version, conns) = (parts.next()?, parts.next()?, parts.next()?);
-                    let v = json!({ "backend": backend, "version": version.parse::<u64>().ok(), "connections": conns.parse::<u64>().ok() });
-                    Some((replica, v))
-                })
-                .collect();
-            Some(json!({ "owner": owner, "version": version, "replicas": replicas }))
-        })
+        Box::pin(self.read_fleet_room(key))
     }
 
     fn status(&self) -> Value {
-        let fleet = lock(&self.fleet).clone();
-        json!({
-            "backend": "redis",
-            "replica": self.settings.replica,
-            "reachable": self.is_up(),
-            "error": *lock(&self.last_error),
-            "fleet_live_rooms": fleet.live_rooms,
-            "fleet_split_rooms": fleet.splits,
-            "replicas": fleet.replicas,
-            "calls": {
-                "place": self.calls.place.load(Ordering::Relaxed),
-                "reassign": self.calls.reassign.load(Ordering::Relaxed),
-                "refresh": self.calls.refresh.load(Ordering::Relaxed),
-                "sync": self.calls.sync.load(Ordering::Relaxed),
-                "read": self.calls.read.load(Ordering::Relaxed),
-                "errors": self.calls.errors.load(Ordering::Relaxed),
-            },
-        })
+        self.status_json()
     }
 
     fn render_metrics(&self, out: &mut String) {
-        use std::fmt::Write;
-        let fleet = lock(&self.fleet).clone();
-        let c = &self.calls;
-        let _ = writeln!(out, "# HELP roomgate_directory_up Redis answered the last directory call (1) or not (0).");
-        let _ = writeln!(out, "# TYPE roomgate_directory_up gauge");
-        let _ = writeln!(out, "roomgate_directory_up {}", u8::from(self.is_up()));
-        let _ = writeln!(out, "# HELP roomgate_directory_calls Redis round trips by purpose.");
-        let _ = writeln!(out, "# TYPE roomgate_directory_calls counter");
-        for (op, n) in [
-            ("place", &c.place),
-            ("reassign", &c.reassign),
-            ("refresh", &c.refresh),
-            ("sync", &c.sync),
-            ("read", &c.read),
-        ] {
-            let _ = writeln!(out, "roomgate_directory_calls_total{{op=\"{op}\"}} {}", n.load(Ordering::Relaxed));
-        }
-        let _ = writeln!(out, "# HELP roomgate_directory_errors Redis calls that failed or timed out.");
-        let _ = writeln!(out, "# TYPE roomgate_directory_errors counter");
-        let _ = writeln!(out, "roomgate_directory_errors_total {}", c.errors.load(Ordering::Relaxed));
-        let _ = writeln!(out, "# HELP roomgate_directory_place_seconds Time spent placing rooms in Redis.");
-        let _ = writeln!(out, "# TYPE roomgate_directory_place_seconds counter");
-        let secs = c.place_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "roomgate_directory_place_seconds_total {secs}");
-        let _ = writeln!(out, "# HELP roomgate_fleet_live_rooms Rooms some replica held live at its last refresh.");
-        let _ = writeln!(out, "# TYPE roomgate_fleet_live_rooms gauge");
-        let _ = writeln!(out, "roomgate_fleet_live_rooms {}", fleet.live_rooms);
-        let _ = writeln!(
-            out,
-            "# HELP roomgate_fleet_split_rooms Conflicts (a room live on two backends) seen by any replica."
-        );
-        let _ = writeln!(out, "# TYPE roomgate_fleet_split_rooms counter");
-        let _ = writeln!(out, "roomgate_fleet_split_rooms_total {}", fleet.splits);
+        self.metrics_text(out);
     }
 }
 
@@ -629,12 +397,6 @@ impl RoomDirectory for RedisDirectory {
 fn parse_record(record: &str) -> Option<(&str, u64)> {
     let (owner, version) = record.split_once(' ')?;
     Some((owner, version.parse().ok()?))
-}
-
-/// How long ago a heartbeat ("epoch seen_ms backends") was sent.
-fn beat_age(beat: &str, now: u64) -> Option<u64> {
-    let seen: u64 = beat.split(' ').nth(1)?.parse().ok()?;
-    Some(now.saturating_sub(seen))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -83,14 +83,15 @@ struct Target {
 }
 
 impl Gateway {
-    pub fn new(config: Config, directory: Arc<dyn RoomDirectory>) -> Arc<Gateway> {
+    /// `metrics` comes from the caller, which has handed some of its counters to `directory`.
+    pub fn new(config: Config, directory: Arc<dyn RoomDirectory>, metrics: Metrics) -> Arc<Gateway> {
         let upstream = Upstream::new(&config);
         Arc::new(Gateway {
             snapshot: ArcSwap::from_pointee(Snapshot::build(config, 1)),
             upstream,
             directory,
             tunnels: Arc::new(Tunnels::default()),
-            metrics: Metrics::new(),
+            metrics,
             splits: AtomicU64::new(0),
             none: Arc::from("none"),
             waiting_sockets: std::sync::atomic::AtomicUsize::new(0),

@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::config::Directory;
 use crate::control::Control;
 use crate::directory::{MemoryDirectory, RedisDirectory, RedisSettings, RoomDirectory};
+use crate::metrics::Metrics;
 use crate::proxy::Gateway;
 use crate::relay::CLOSE_GOING_AWAY;
 use crate::tls::Tls;
@@ -40,11 +41,13 @@ pub async fn run(listeners: Listeners, config: Config, shutdown: impl Future<Out
     Server::new(config).serve(listeners, shutdown).await
 }
 
-/// The live-room directory the config asks for.
-fn directory_for(config: &Config) -> Arc<dyn RoomDirectory> {
+/// The live-room directory the config asks for, bounded by `limits.max_rooms` (its over-cap
+/// counter is `metrics`').
+fn directory_for(config: &Config, metrics: &Metrics) -> Arc<dyn RoomDirectory> {
+    let local = || MemoryDirectory::with_cap(config.limits.max_rooms, metrics.rooms_over_cap());
     match &config.directory {
-        Directory::Memory => Arc::new(MemoryDirectory::new()),
-        Directory::Redis { url, prefix, refresh, timeout, replica_id, .. } => {
+        Directory::Memory => Arc::new(local()),
+        Directory::Redis { url, prefix, refresh, timeout, replica_id, password } => {
             let settings = RedisSettings {
                 url: url.clone(),
                 prefix: prefix.clone(),
@@ -53,8 +56,10 @@ fn directory_for(config: &Config) -> Arc<dyn RoomDirectory> {
                 timeout: *timeout,
                 // A room lingers in Redis as it does here, plus two refresh periods of slack.
                 ttl: config.rooms.linger + 2 * *refresh,
+                ttl_unused: config.rooms.linger_unused + 2 * *refresh,
+                password: password.clone(),
             };
-            match RedisDirectory::new(settings) {
+            match RedisDirectory::new(settings, local()) {
                 Ok(d) => {
                     tracing::info!(replica = %replica_id, "room directory shared through Redis");
                     d
@@ -62,7 +67,7 @@ fn directory_for(config: &Config) -> Arc<dyn RoomDirectory> {
                 Err(e) => {
                     // The URL was checked when the config was loaded; this cannot happen.
                     tracing::error!(error = %e, "cannot use the Redis directory; this replica keeps its own");
-                    Arc::new(MemoryDirectory::new())
+                    Arc::new(local())
                 }
             }
         }
@@ -85,8 +90,9 @@ impl Server {
 
     /// A server for `config` with its TLS state already loaded.
     pub fn with_tls(config: Config, tls: Option<Arc<Tls>>) -> Server {
-        let directory = directory_for(&config);
-        let gateway = Gateway::new(config, directory);
+        let metrics = Metrics::new();
+        let directory = directory_for(&config, &metrics);
+        let gateway = Gateway::new(config, directory, metrics);
         Server { control: Control::new(gateway, tls) }
     }
 

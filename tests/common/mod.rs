@@ -7,6 +7,7 @@
 pub mod djust;
 pub mod pinned;
 pub mod raw;
+pub mod redis_server;
 pub mod tls;
 
 use std::convert::Infallible;

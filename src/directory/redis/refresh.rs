@@ -1,0 +1,78 @@
+//! What a replica publishes at each sync: its live rooms (re-asserted with the full TTL and
+//! recorded in `held:{replica}`), the removal of those no longer live, and the full TTL for rooms
+//! that got their first WebSocket since the last sync.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::{BATCH, GONE_BATCH, RedisDirectory, lock, parse_record};
+
+impl RedisDirectory {
+    /// Publishes the rooms held live here and removes from `held:{replica}` those no longer
+    /// held, in as many script calls as either takes. Rooms the fleet records elsewhere are moved
+    /// here (the local record) and returned as (room, local owner, fleet owner), for their
+    /// sockets to be closed.
+    pub(super) async fn refresh(&self) -> Option<Vec<(String, Arc<str>, Arc<str>)>> {
+        let live = self.local.live_entries();
+        let now_live: HashSet<&str> = live.iter().map(|e| e.key.as_str()).collect();
+        let gone: Vec<String> =
+            lock(&self.published).iter().filter(|r| !now_live.contains(r.as_str())).cloned().collect();
+        let mut moves = Vec::new();
+        let ttl = self.ttl_ms().to_string();
+        let held_ttl = (3 * self.settings.refresh.as_millis() as u64).max(self.ttl_ms()).to_string();
+        let calls = live.len().div_ceil(BATCH).max(gone.len().div_ceil(GONE_BATCH));
+        for call in 0..calls {
+            let chunk = slice(&live, call, BATCH);
+            let gone_chunk = slice(&gone, call, GONE_BATCH);
+            let mut inv = self.scripts.refresh.prepare_invoke();
+            inv.arg(&self.settings.prefix).arg(&self.settings.replica).arg(&ttl).arg(&held_ttl).arg(chunk.len());
+            for e in chunk {
+                inv.arg(&e.key).arg(&*e.owner).arg(e.version).arg(e.connections);
+            }
+            inv.arg(gone_chunk);
+            // Whether or not this call gets through, its live rooms may now be in `held`: they
+            // are remembered, to be removed once they are idle. Gone rooms are forgotten only
+            // once their removal is confirmed.
+            lock(&self.published).extend(chunk.iter().map(|e| e.key.clone()));
+            let answers: Vec<String> = self.call(&self.calls.refresh, async |c| inv.invoke_async(c).await).await?;
+            let mut published = lock(&self.published);
+            for room in gone_chunk {
+                published.remove(room);
+            }
+            drop(published);
+            for (e, answer) in chunk.iter().zip(answers) {
+                let Some((owner, version)) = parse_record(&answer) else { continue };
+                let to: Arc<str> = Arc::from(owner);
+                if to == e.owner {
+                    self.local.set_version(&e.key, &e.owner, version);
+                } else if self.local.move_to(&e.key, &e.owner, &to, Some(version)) {
+                    moves.push((e.key.clone(), e.owner.clone(), to));
+                }
+            }
+        }
+        Some(moves)
+    }
+
+    /// Gives the full TTL to the records of rooms that got their first WebSocket since the last
+    /// sync (one script call for all of them). If the call fails they are dropped: the outage
+    /// is being handled, and their records, if still there, keep the short TTL.
+    pub(super) async fn extend_first_sockets(&self) -> Option<()> {
+        let rooms = std::mem::take(&mut *lock(&self.first_sockets));
+        if rooms.is_empty() {
+            return Some(());
+        }
+        let mut inv = self.scripts.extend.prepare_invoke();
+        inv.arg(&self.settings.prefix).arg(self.ttl_ms());
+        for (room, record) in &rooms {
+            inv.arg(room).arg(record);
+        }
+        let _extended: u64 = self.call(&self.calls.extend, async |c| inv.invoke_async(c).await).await?;
+        Some(())
+    }
+}
+
+/// The `i`th slice of `size` items of `all` (empty past its end).
+fn slice<T>(all: &[T], i: usize, size: usize) -> &[T] {
+    let start = (i * size).min(all.len());
+    &all[start..(start + size).min(all.len())]
+}

@@ -1,0 +1,92 @@
+//! A private redis-server per test, on a unix socket in a temporary directory: stopping and
+//! restarting it keeps the path, and no port is shared with anything else.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use super::LIMIT;
+
+pub struct Redis {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    /// `--requirepass`, if it was started with one.
+    password: Option<String>,
+}
+
+impl Redis {
+    pub async fn start() -> Redis {
+        Redis::start_with(None).await
+    }
+
+    /// A Redis that refuses clients without `password` (`--requirepass`).
+    pub async fn start_with(password: Option<&str>) -> Redis {
+        let mut r = Redis { dir: tempfile::tempdir().unwrap(), child: None, password: password.map(Into::into) };
+        r.restart().await;
+        r
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis+unix://{}", self.socket().display())
+    }
+
+    /// Starts it (empty: nothing is persisted) and waits until it accepts connections.
+    pub async fn restart(&mut self) {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", "0", "--save", "", "--appendonly", "no", "--unixsocket"])
+            .arg(self.socket())
+            .arg("--dir")
+            .arg(self.dir.path());
+        if let Some(password) = &self.password {
+            cmd.arg("--requirepass").arg(password);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("redis-server not found: install it (apt-get install redis-server); .ci/run does");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let ready = tokio::time::timeout(LIMIT, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.contains("ready to accept connections") {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert_eq!(ready, Ok(true), "redis-server did not start");
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        self.child = Some(child);
+    }
+
+    /// Kills it, as a crash would.
+    pub async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.start_kill().unwrap();
+            let _ = child.wait().await;
+        }
+    }
+
+    /// A connection of the test's own (with the password, if there is one).
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        let mut url = self.url();
+        if let Some(password) = &self.password {
+            url = format!("redis+unix://{}?pass={password}", self.socket().display());
+        }
+        let client = redis::Client::open(url).unwrap();
+        client.get_multiplexed_async_connection().await.unwrap()
+    }
+
+    /// Commands the server has processed, from INFO.
+    pub async fn commands(&self) -> u64 {
+        let info: String = redis::cmd("INFO").arg("stats").query_async(&mut self.conn().await).await.unwrap();
+        info.lines().find_map(|l| l.strip_prefix("total_commands_processed:")).unwrap().trim().parse().unwrap()
+    }
+}

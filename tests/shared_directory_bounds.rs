@@ -1,0 +1,224 @@
+//! The shared (Redis) directory is bounded like the local one: a full replica writes no new
+//! record, new records expire `rooms.linger_unused` after placement unless their room gets a
+//! WebSocket, every room no longer held leaves `held:{replica}`, and Redis is reached with the
+//! password from `password_file`. Each test runs its own private `redis-server`.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::redis_server::Redis;
+use common::*;
+use http::StatusCode;
+use roomgate::directory::{MemoryDirectory, RedisDirectory, RedisSettings, ReplicaState, RoomDirectory, Use};
+
+/// The record TTLs of the directories built here: `rooms.linger` and `rooms.linger_unused`
+/// plus two refresh periods, as the server computes them.
+const TTL: Duration = Duration::from_secs(60);
+const TTL_UNUSED: Duration = Duration::from_secs(2);
+
+fn directory(redis: &Redis, replica: &str, local: MemoryDirectory) -> Arc<RedisDirectory> {
+    let settings = RedisSettings {
+        url: redis.url(),
+        prefix: "roomgate:".into(),
+        replica: replica.into(),
+        refresh: Duration::from_millis(300),
+        timeout: Duration::from_millis(500),
+        ttl: TTL,
+        ttl_unused: TTL_UNUSED,
+        password: None,
+    };
+    RedisDirectory::new(settings, local).unwrap()
+}
+
+fn me() -> ReplicaState {
+    ReplicaState { epoch: 1, backends: vec![Arc::from("b0"), Arc::from("b1")] }
+}
+
+fn id(s: &str) -> Arc<str> {
+    Arc::from(s)
+}
+
+/// Milliseconds the room's record has left (-2: no record).
+async fn pttl(redis: &Redis, room: &str) -> i64 {
+    redis::cmd("PTTL").arg(format!("roomgate:room:{room}")).query_async(&mut redis.conn().await).await.unwrap()
+}
+
+async fn keys(redis: &Redis, pattern: &str) -> usize {
+    let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query_async(&mut redis.conn().await).await.unwrap();
+    keys.len()
+}
+
+async fn held(redis: &Redis, replica: &str) -> u64 {
+    redis::cmd("HLEN").arg(format!("roomgate:held:{replica}")).query_async(&mut redis.conn().await).await.unwrap()
+}
+
+fn calls(d: &RedisDirectory, op: &str) -> u64 {
+    d.status()["calls"][op].as_u64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_replica_writes_no_new_record_but_follows_recorded_ones() {
+    let redis = Redis::start().await;
+    let d = directory(&redis, "A", MemoryDirectory::with_cap(100, Default::default()));
+    assert!(d.sync(&me()).await.is_some());
+    let _: () = redis::cmd("SET")
+        .arg("roomgate:room:elsewhere")
+        .arg("b1 3")
+        .query_async(&mut redis.conn().await)
+        .await
+        .unwrap();
+    for i in 0..150 {
+        let p = d.place_if_absent(&format!("r{i}"), &id("b0")).await;
+        assert_eq!(&*p.owner, "b0");
+    }
+    assert_eq!(keys(&redis, "roomgate:room:r*").await, 100, "no record written past the cap");
+    assert_eq!(d.counts().0, 100);
+    assert_eq!(d.status()["over_cap"], 50, "{}", d.status());
+
+    // A room recorded by another replica is still followed, though not recorded here.
+    assert_eq!(&*d.place_if_absent("elsewhere", &id("b0")).await.owner, "b1");
+    assert!(d.get("elsewhere").is_none());
+
+    // A socket past the cap: recorded here, and published with the full TTL at the next sync.
+    let p = d.place_if_absent("live", &id("b0")).await;
+    assert_eq!(pttl(&redis, "live").await, -2, "placed past the cap: nothing written");
+    assert!(d.enter("live", &p.owner, Use::Socket), "a socket is always counted");
+    assert!(d.sync(&me()).await.is_some());
+    let left = pttl(&redis, "live").await;
+    assert!(left > TTL_UNUSED.as_millis() as i64, "a live room's record: {left} ms left");
+    assert_eq!(held(&redis, "A").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_records_expire_soon_unless_their_room_gets_a_socket() {
+    let mut redis = Redis::start().await;
+    let d = directory(&redis, "A", MemoryDirectory::new());
+    assert!(d.sync(&me()).await.is_some());
+    let short = TTL_UNUSED.as_millis() as i64;
+
+    d.place_if_absent("unused", &id("b0")).await;
+    let left = pttl(&redis, "unused").await;
+    assert!((1..=short).contains(&left), "a new room's record: {left} ms left");
+
+    // A socket that opens and closes between two syncs: no refresh ever sees it live, yet its
+    // room's record gets the full TTL.
+    let p = d.place_if_absent("brief", &id("b0")).await;
+    assert!(d.enter("brief", &p.owner, Use::Socket));
+    d.leave("brief", &p.owner, Use::Socket);
+    // The same, but another replica moves the room before the sync: its record is left alone.
+    let p = d.place_if_absent("moved", &id("b0")).await;
+    assert!(d.enter("moved", &p.owner, Use::Socket));
+    d.leave("moved", &p.owner, Use::Socket);
+    let _: () = redis::cmd("SET")
+        .arg("roomgate:room:moved")
+        .arg("b1 2")
+        .arg("PX")
+        .arg(1500)
+        .query_async(&mut redis.conn().await)
+        .await
+        .unwrap();
+    let extends = calls(&d, "extend");
+    assert!(d.sync(&me()).await.is_some());
+    assert_eq!(calls(&d, "extend"), extends + 1, "one call for both rooms");
+    let left = pttl(&redis, "brief").await;
+    assert!(left > TTL.as_millis() as i64 - 10_000, "the first socket's room: {left} ms left");
+    assert!(pttl(&redis, "moved").await <= 1500, "a record moved meanwhile is not extended");
+    let unused = pttl(&redis, "unused").await;
+    assert!(unused <= short, "still short: {unused} ms");
+
+    // Redis away at the sync: the queued room is dropped; nothing is created when it returns.
+    let p = d.place_if_absent("lost", &id("b0")).await;
+    assert!(d.enter("lost", &p.owner, Use::Socket));
+    d.leave("lost", &p.owner, Use::Socket);
+    redis.stop().await;
+    assert!(d.sync(&me()).await.is_none());
+    assert_eq!(d.status()["reachable"], false);
+    redis.restart().await;
+    let deadline = Instant::now() + LIMIT;
+    while d.sync(&me()).await.is_none() {
+        assert!(Instant::now() < deadline, "Redis not reached again: {}", d.status());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(pttl(&redis, "lost").await, -2, "no record created by the extension");
+}
+
+/// The sweep of `held:{replica}` used to remove at most 2,000 rooms per refresh and forget the
+/// rest, which then stayed there for good (and counted as live for every other replica).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_idle_room_leaves_held_even_thousands_at_once() {
+    let redis = Redis::start().await;
+    let a = directory(&redis, "A", MemoryDirectory::new());
+    let b = directory(&redis, "B", MemoryDirectory::new());
+    assert!(a.sync(&me()).await.is_some() && b.sync(&me()).await.is_some());
+    let rooms: Vec<String> = (0..2600).map(|i| format!("idle{i}")).collect();
+    for room in &rooms {
+        let p = a.place_if_absent(room, &id("b0")).await;
+        assert!(a.enter(room, &p.owner, Use::Request));
+    }
+    assert!(a.sync(&me()).await.is_some());
+    assert_eq!(held(&redis, "A").await, 2600);
+    assert!(b.place_if_absent("idle2599", &id("b1")).await.live, "held live by A");
+
+    for room in &rooms {
+        a.leave(room, "b0", Use::Request);
+    }
+    let refreshes = calls(&a, "refresh");
+    assert!(a.sync(&me()).await.is_some());
+    assert_eq!(held(&redis, "A").await, 0, "every idle room removed at once");
+    assert_eq!(calls(&a, "refresh"), refreshes + 2, "2,600 removals in two script calls");
+    let p = b.place_if_absent("idle2599", &id("b1")).await;
+    assert_eq!((&*p.owner, p.live), ("b0", false), "recorded, no longer live");
+    assert!(a.sync(&me()).await.is_some());
+    assert_eq!(calls(&a, "refresh"), refreshes + 2, "nothing left to remove: no call");
+}
+
+/// Waits (bounded) for `n` more completed directory syncs of `proxy`.
+async fn syncs(proxy: &Proxy, n: u64) {
+    let mut rx = proxy.control.syncs();
+    let start = *rx.borrow_and_update();
+    tokio::time::timeout(LIMIT, rx.wait_for(|s| *s >= start + n)).await.expect("directory sync").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_password_file_opens_redis_and_a_wrong_one_is_an_outage() {
+    let redis = Redis::start_with(Some("correct-horse-battery-staple")).await;
+    let backends = backends(2).await;
+    let secrets = tempfile::tempdir().unwrap();
+    let replica = |name: &str, password: Option<&str>| {
+        let mut directory = format!(
+            "[directory]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"300ms\"\ntimeout = \"250ms\"\nreplica_id = \"{name}\"\n",
+            redis.url()
+        );
+        if let Some(password) = password {
+            let file = secrets.path().join(name);
+            std::fs::write(&file, format!("{password}\n")).unwrap();
+            directory.push_str(&format!("password_file = \"{}\"\n", file.display()));
+        }
+        config(&backend_list(&backends), ROUTES, &directory)
+    };
+    let good = Proxy::start(&replica("good", Some("correct-horse-battery-staple"))).await;
+    let wrong = Proxy::start(&replica("wrong", Some("not-the-password"))).await;
+    let none = Proxy::start(&replica("none", None)).await;
+    for p in [&good, &wrong, &none] {
+        syncs(p, 2).await;
+    }
+    let status = admin_get(&good, "/admin/status").await;
+    assert_eq!(status["directory"]["reachable"], true, "{status}");
+    let (code, _, _) = get(&http_client(), &good.url("/room/pw/"), &[]).await;
+    assert_eq!(code, StatusCode::OK);
+    assert!(pttl(&redis, "pw").await > 0, "placed through the authenticated connection");
+
+    for (p, why) in [(&wrong, "authentication failed"), (&none, "NOAUTH")] {
+        let status = admin_get(p, "/admin/status").await;
+        let directory = &status["directory"];
+        assert_eq!(directory["reachable"], false, "{status}");
+        assert!(directory["error"].as_str().unwrap().to_lowercase().contains(&why.to_lowercase()), "{status}");
+        // An outage like any other: rooms still served, by pure placement.
+        let (code, _, _) = get(&http_client(), &p.url("/room/pw2/"), &[]).await;
+        assert_eq!(code, StatusCode::OK);
+    }
+}
