@@ -465,3 +465,20 @@ async fn idle_wss_memory() {
         (with_tls - with_plain) as f64 / SOCKETS as f64,
     );
 }
+
+/// The affinity cookie set over TLS carries `Secure` (a browser then never sends it in clear);
+/// over plain HTTP it cannot.
+#[tokio::test]
+async fn the_affinity_cookie_is_secure_over_tls() {
+    let ca = Ca::new();
+    let a = ca.leaf(&["a.test"]);
+    let s = setup(ca, &[("a", &a)], "").await;
+    let tls = connect(s.tls_addr(), "a.test", s.client()).await;
+    let (status, headers, _) = get_over(tls, "a.test", "/room/r1/", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    let cookie = headers[http::header::SET_COOKIE].to_str().unwrap();
+    assert!(cookie.starts_with("roomgate_room=r1;") && cookie.contains("Secure"), "{cookie}");
+    let (_, headers, _) = get(&http_client(), &s.proxy.url("/room/r1/"), &[]).await;
+    let cookie = headers[http::header::SET_COOKIE].to_str().unwrap();
+    assert!(!cookie.contains("Secure"), "{cookie}");
+}

@@ -1,9 +1,7 @@
-//! Bodies on the proxy path: streamed through without buffering, counted for the access log, and
-//! the log line written when the response body ends (or is dropped, if the client goes away).
+//! Response bodies on the proxy path: streamed through without buffering, counted for the access
+//! log, and the log line written when the body ends (or is dropped, if the client goes away).
 
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -12,12 +10,6 @@ use hyper::body::Incoming;
 
 use super::access::AccessRecord;
 use crate::directory::Presence;
-
-/// A request body on its way to a backend, counting its bytes when someone reads the count.
-pub struct RequestBody {
-    inner: Incoming,
-    counted: Option<Arc<AtomicU64>>,
-}
 
 /// A response body on its way to the client: the backend's stream or roomgate's own bytes.
 pub struct ResponseBody {
@@ -30,38 +22,6 @@ pub struct ResponseBody {
 enum Inner {
     Upstream(Incoming),
     Local(Option<Bytes>),
-}
-
-// === impl RequestBody ===
-
-impl RequestBody {
-    pub fn new(inner: Incoming, counted: Option<Arc<AtomicU64>>) -> Self {
-        RequestBody { inner, counted }
-    }
-}
-
-impl Body for RequestBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let this = &mut *self;
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if let (Poll::Ready(Some(Ok(frame))), Some(counter)) = (&polled, &this.counted)
-            && let Some(data) = frame.data_ref()
-        {
-            counter.fetch_add(data.len() as u64, Ordering::Relaxed);
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
 }
 
 // === impl ResponseBody ===

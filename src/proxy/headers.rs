@@ -24,6 +24,13 @@ pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-fo
 pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 static FORWARDED: HeaderName = HeaderName::from_static("forwarded");
+pub static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+/// Client-address headers other proxies and CDNs set; from an untrusted peer they are lies.
+static CLIENT_ADDRESS: [HeaderName; 3] = [
+    HeaderName::from_static("true-client-ip"),
+    HeaderName::from_static("x-client-ip"),
+    HeaderName::from_static("cf-connecting-ip"),
+];
 
 /// True for a WebSocket handshake: `Connection: upgrade` and `Upgrade: websocket`.
 pub fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
@@ -92,7 +99,8 @@ pub fn is_trusted(peer: IpAddr, trusted: &[IpNet]) -> bool {
 
 /// Sets X-Forwarded-For (ending with the client's address), -Proto and -Host. From a trusted
 /// proxy the incoming values are kept and extended; from anyone else they are replaced, so a
-/// client cannot make a backend believe it comes from another address.
+/// client cannot make a backend believe it comes from another address: `X-Real-IP` becomes the
+/// peer's address, and `Forwarded`, `True-Client-IP`, `X-Client-IP` and `CF-Connecting-IP` go.
 pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, trusted: bool, proto: &'static str) {
     let mut text = [0u8; 45];
     let peer_text = address_text(peer, &mut text);
@@ -121,6 +129,13 @@ pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, trusted: bool, proto
     }
     if !trusted {
         headers.remove(&FORWARDED);
+        for name in &CLIENT_ADDRESS {
+            headers.remove(name);
+        }
+        // nginx's convention: X-Real-IP is the address the proxy saw.
+        if let Ok(v) = HeaderValue::from_str(peer_text) {
+            headers.insert(&X_REAL_IP, v);
+        }
     }
 }
 
@@ -252,12 +267,19 @@ mod tests {
             ("x-forwarded-proto", "https"),
             ("host", "game.test"),
             ("forwarded", "for=6.6.6.6"),
+            ("x-real-ip", "6.6.6.6"),
+            ("true-client-ip", "6.6.6.6"),
+            ("x-client-ip", "6.6.6.6"),
+            ("cf-connecting-ip", "6.6.6.6"),
         ]);
         set_forwarded(&mut h, "10.1.1.1".parse().unwrap(), false, "http");
         assert_eq!(h["x-forwarded-for"], "10.1.1.1");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "game.test");
-        assert!(!h.contains_key("forwarded"));
+        assert_eq!(h["x-real-ip"], "10.1.1.1");
+        for gone in ["forwarded", "true-client-ip", "x-client-ip", "cf-connecting-ip"] {
+            assert!(!h.contains_key(gone), "{gone} kept");
+        }
     }
 
     #[test]

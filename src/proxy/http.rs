@@ -9,7 +9,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::body::RequestBody;
+use std::sync::Arc;
+
+use super::upload::{RequestBody, Upload};
 use crate::backends::Backend;
 use crate::config::Config;
 use crate::error::BackendError;
@@ -35,12 +37,17 @@ impl Upstream {
         Upstream { client }
     }
 
-    /// Sends `req` (origin-form URI) to `backend`; waits at most `timeout` for the response head.
+    /// Sends `req` (origin-form URI) to `backend`; waits at most `timeout` for the response head
+    /// once the body has been sent (`upload` ended), or `body_total` has passed without that: a
+    /// slow upload is the client's to finish (its deadlines are the body's own), and a backend
+    /// that stops reading the body is still held to `timeout`.
     pub async fn send(
         &self,
         mut req: Request<RequestBody>,
         backend: &Backend,
         timeout: Duration,
+        upload: Option<&Arc<Upload>>,
+        body_total: Option<Duration>,
     ) -> Result<Response<Incoming>, BackendError> {
         let mut parts = http::uri::Parts::default();
         parts.scheme = Some(http::uri::Scheme::HTTP);
@@ -48,13 +55,28 @@ impl Upstream {
         parts.path_and_query = req.uri().path_and_query().cloned();
         *req.uri_mut() = Uri::from_parts(parts).map_err(|e| failed(backend, e))?;
         *req.version_mut() = Version::HTTP_11;
-        match tokio::time::timeout(timeout, self.client.request(req)).await {
-            Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(e)) if e.is_connect() => {
-                Err(BackendError::Connect { backend: backend.id.to_string(), source: Box::new(e) })
+        let sent = async {
+            if let Some(upload) = upload {
+                match body_total {
+                    Some(total) => drop(tokio::time::timeout(total, upload.ended()).await),
+                    None => upload.ended().await,
+                }
             }
-            Ok(Err(e)) => Err(failed(backend, e)),
-            Err(_) => Err(BackendError::Timeout { backend: backend.id.to_string(), after: timeout }),
+        };
+        let answered = async {
+            sent.await;
+            tokio::time::sleep(timeout).await;
+        };
+        tokio::select! {
+            biased;
+            result = self.client.request(req) => match result {
+                Ok(resp) => Ok(resp),
+                Err(e) if e.is_connect() => {
+                    Err(BackendError::Connect { backend: backend.id.to_string(), source: Box::new(e) })
+                }
+                Err(e) => Err(failed(backend, e)),
+            },
+            () = answered => Err(BackendError::Timeout { backend: backend.id.to_string(), after: timeout }),
         }
     }
 }

@@ -8,6 +8,7 @@ mod djust;
 pub mod headers;
 mod http;
 mod upgrade;
+mod upload;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,10 +22,12 @@ use arc_swap::ArcSwap;
 use hyper::body::Incoming;
 
 pub use access::AccessRecord;
-pub use body::{RequestBody, ResponseBody};
+pub use body::ResponseBody;
+pub use upload::RequestBody;
 
 use self::http::Upstream;
 use self::upgrade::TunnelSpec;
+use self::upload::Deadlines;
 use crate::backends::Backend;
 use crate::config::{Config, OnMissing, Route, RouteMode};
 use crate::directory::{Placement, Presence, RoomDirectory, Use};
@@ -161,9 +164,14 @@ impl Gateway {
         let client = conn.client;
         let config = &snap.config;
         check_head(&req, config)?;
+        let websocket = headers::is_websocket_upgrade(req.headers());
+        if websocket {
+            check_handshake(&req)?;
+        }
         let (route_index, route) = config.route_for(req.uri().path()).ok_or(ClientError::NoRoute)?;
         *route_label = snap.route_labels[route_index].clone();
-        let Some(target) = self.choose(snap, route, &req).await? else {
+        let secure = is_secure(&req, conn, config);
+        let Some(target) = self.choose(snap, route, &req, secure).await? else {
             // A djust socket: its room is in its first message.
             let regex = route.djust().cloned().ok_or(ClientError::NoRoute)?;
             let client_upgrade = hyper::upgrade::on(&mut req);
@@ -181,7 +189,7 @@ impl Gateway {
             r.room.clone_from(&target.room);
             r.backend = Some(target.backend.id.clone());
         }
-        let client_upgrade = headers::is_websocket_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
+        let client_upgrade = websocket.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         prepare_forward(&mut parts, conn, config);
 
@@ -191,11 +199,30 @@ impl Gateway {
             None => {
                 let presence = self.presence(&target, Use::Request);
                 let counted = record.as_ref().map(|r| r.bytes_in.clone());
-                let req = Request::from_parts(parts, RequestBody::new(body, counted));
-                self.upstream
-                    .send(req, &target.backend, config.timeouts.upstream_response)
-                    .await
-                    .map(|resp| resp.map(|b| ResponseBody::upstream(b).with_presence(presence)))
+                let t = &config.timeouts;
+                let deadlines = Deadlines { total: t.request_body, idle: t.request_body_idle };
+                let (body, upload) = RequestBody::new(body, counted, deadlines);
+                let req = Request::from_parts(parts, body);
+                let sent = self
+                    .upstream
+                    .send(req, &target.backend, t.upstream_response, upload.as_ref(), t.request_body)
+                    .await;
+                // A body that failed on the client's side is the client's failure, whatever the
+                // upstream client made of it: never the backend's.
+                if sent.is_err()
+                    && let Some(problem) = upload.as_ref().and_then(|u| u.problem())
+                {
+                    return Err(ClientError::Body(problem).into());
+                }
+                match sent {
+                    // A 101 answers only a handshake; on a plain request it would leave the client
+                    // connection in a state neither side asked for.
+                    Ok(resp) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => Err(BackendError::BadUpgrade {
+                        backend: target.backend.id.to_string(),
+                        why: "101 to a request that asked for no upgrade",
+                    }),
+                    sent => sent.map(|resp| resp.map(|b| ResponseBody::upstream(b).with_presence(presence))),
+                }
             }
         };
         self.observe_backend(snap, &target.backend, &result, started);
@@ -246,6 +273,7 @@ impl Gateway {
         snap: &Snapshot,
         route: &Route,
         req: &Request<Incoming>,
+        secure: bool,
     ) -> Result<Option<Target>, ProxyError> {
         let shared = || -> Result<Option<Target>, ProxyError> {
             let backend = snap.next_shared().ok_or(BackendError::NoBackends)?.clone();
@@ -270,7 +298,7 @@ impl Gateway {
         };
         let key = found.key.as_str();
         let backend = self.owner(snap, key).await?;
-        let set_cookie = route.affinity_cookie.as_deref().and_then(|name| affinity_cookie(req, name, key));
+        let set_cookie = route.affinity_cookie.as_deref().and_then(|name| affinity_cookie(req, name, key, secure));
         Ok(Some(Target { backend, room: Some(key.to_owned()), set_cookie }))
     }
 
@@ -375,8 +403,29 @@ fn check_head(req: &Request<Incoming>, config: &Config) -> Result<(), ClientErro
     Ok(())
 }
 
+/// Whether the client reached us over TLS: on a TLS listener, or through a trusted proxy that
+/// says so in `X-Forwarded-Proto`.
+fn is_secure(req: &Request<Incoming>, conn: Conn, config: &Config) -> bool {
+    conn.scheme == Scheme::Https
+        || (req.headers().get(&headers::X_FORWARDED_PROTO).is_some_and(|p| p.as_bytes().eq_ignore_ascii_case(b"https"))
+            && headers::is_trusted(conn.client.ip(), &config.server.trusted_proxies))
+}
+
+/// A WebSocket handshake is a GET with no body (RFC 6455 section 4.1). One that announces a body
+/// would hold the backend's connection waiting for bytes that never come.
+fn check_handshake(req: &Request<Incoming>) -> Result<(), ClientError> {
+    if req.method() != ::http::Method::GET {
+        return Err(ClientError::BadHandshake("a WebSocket handshake must be a GET"));
+    }
+    let h = req.headers();
+    if h.contains_key(header::TRANSFER_ENCODING) || h.get_all(header::CONTENT_LENGTH).iter().any(|v| v != "0") {
+        return Err(ClientError::BadHandshake("a WebSocket handshake carries no body"));
+    }
+    Ok(())
+}
+
 /// `Set-Cookie` for the affinity cookie, unless the request already carries the same value.
-fn affinity_cookie(req: &Request<Incoming>, name: &str, key: &str) -> Option<HeaderValue> {
+fn affinity_cookie(req: &Request<Incoming>, name: &str, key: &str, secure: bool) -> Option<HeaderValue> {
     let value = room_key::encode_cookie_value(key);
     if room_key::cookie_value(req.headers(), name) == Some(value.as_ref()) {
         return None;
@@ -385,6 +434,7 @@ fn affinity_cookie(req: &Request<Incoming>, name: &str, key: &str) -> Option<Hea
         .path("/")
         .http_only(true)
         .same_site(cookie::SameSite::Lax)
+        .secure(secure)
         .build();
     HeaderValue::try_from(cookie.to_string()).ok()
 }

@@ -50,11 +50,12 @@ pub const LIMIT: Duration = Duration::from_secs(10);
 ///
 /// HTTP: body and `X-Backend` header carry the id; `/echo-headers` answers with the request
 /// headers, one `name: value` per line; `/slow` never answers; `POST /echo` streams the request
-/// body back. WebSocket (any path without `refuse`): echoes messages; `id` is answered with
-/// `id:<id>`; `close:<code>` makes it close with that code; `headers` is answered with the
-/// handshake's headers, one `name: value` per line. Paths with `refuse` get 403. A handshake with
-/// `X-Test-Djust: greet` behaves like djust: the backend speaks first with its own `connect`
-/// frame; `X-Test-Djust: close:<code>` accepts, then closes with that code (djust's 4429).
+/// body back; other paths read the whole body, then answer, as an app does. WebSocket (any path
+/// without `refuse`): echoes messages; `id` is answered with `id:<id>`; `close:<code>` makes it
+/// close with that code; `headers` is answered with the handshake's headers, one `name: value`
+/// per line. Paths with `refuse` get 403. A handshake with `X-Test-Djust: greet` behaves like
+/// djust: the backend speaks first with its own `connect` frame; `X-Test-Djust: close:<code>`
+/// accepts, then closes with that code (djust's 4429).
 pub struct TestBackend {
     pub id: String,
     pub addr: SocketAddr,
@@ -190,7 +191,12 @@ async fn backend_handle(
             resp.headers_mut().insert("x-backend", HeaderValue::from_str(&id).unwrap());
             Ok(resp)
         }
-        _ => Ok(full(StatusCode::OK, &id, id.clone())),
+        _ => {
+            // Like an app, it reads the whole request before answering.
+            let read = req.into_body().collect().await.is_ok();
+            let status = if read { StatusCode::OK } else { StatusCode::BAD_REQUEST };
+            Ok(full(status, &id, id.clone()))
+        }
     }
 }
 
