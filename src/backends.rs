@@ -3,13 +3,15 @@
 //! checks failed; its rooms move to the next backend in their placement order).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use http::uri::Authority;
 
 use crate::config::BackendSpec;
+use crate::error::LimitError;
+use crate::limits::MAX_CONNECTIONS_PER_BACKEND;
 
 /// One backend process.
 #[derive(Debug)]
@@ -28,7 +30,14 @@ pub struct Backend {
 #[derive(Debug, Default)]
 pub struct BackendStats {
     pub open_sockets: AtomicU64,
+    /// Connections roomgate holds to it: requests in flight (until their response body ends)
+    /// and WebSocket tunnels, djust's included (`upstream.max_connections_per_backend`).
+    in_use: AtomicUsize,
 }
+
+/// One of the connections roomgate holds to a backend, given back when dropped.
+#[derive(Debug)]
+pub struct BackendSlot(Arc<Backend>);
 
 /// What the admin API shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +105,22 @@ impl Backend {
 
     pub fn open_sockets(&self) -> u64 {
         self.stats.open_sockets.load(Ordering::Relaxed)
+    }
+
+    /// Requests in flight plus open WebSockets.
+    pub fn in_use(&self) -> usize {
+        self.stats.in_use.load(Ordering::Relaxed)
+    }
+
+    /// Takes one of the `max` connections roomgate may hold to this backend (`None`: no cap;
+    /// counted all the same, so that a cap set by a reload counts what is already open).
+    pub fn claim(self: &Arc<Self>, max: Option<usize>) -> Result<BackendSlot, LimitError> {
+        let max = max.unwrap_or(usize::MAX);
+        if self.stats.in_use.fetch_add(1, Ordering::AcqRel) >= max {
+            self.stats.in_use.fetch_sub(1, Ordering::AcqRel);
+            return Err(LimitError { limit: MAX_CONNECTIONS_PER_BACKEND, max });
+        }
+        Ok(BackendSlot(self.clone()))
     }
 
     // --- health ---
@@ -183,6 +208,12 @@ impl Backend {
     }
 }
 
+impl Drop for BackendSlot {
+    fn drop(&mut self) {
+        self.0.stats.in_use.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl State {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -237,6 +268,21 @@ mod tests {
         b.record_failure(1, Duration::ZERO);
         assert!(!b.is_up(false), "with active checks it stays down until they pass");
         assert!(b.is_up(true), "with passive checks only it is tried again after the cooldown");
+    }
+
+    #[test]
+    fn slots_are_capped_and_given_back() {
+        let b = Arc::new(backend());
+        let one = b.claim(Some(2)).unwrap();
+        let _two = b.claim(Some(2)).unwrap();
+        let refused = b.claim(Some(2)).unwrap_err();
+        assert_eq!((refused.limit, refused.max), ("upstream.max_connections_per_backend", 2));
+        assert_eq!(b.in_use(), 2);
+        drop(one);
+        assert!(b.claim(Some(2)).is_ok());
+        assert_eq!(b.in_use(), 1);
+        let _uncapped: Vec<_> = (0..5).map(|_| b.claim(None).unwrap()).collect();
+        assert_eq!(b.in_use(), 6, "counted without a cap too");
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //!   or shared by several replicas through Redis.
 //! - [`snapshot`]: the immutable view (config, backends, placement) a request works from.
 //! - [`relay`]: WebSocket tunnels after the upgrade, frame-boundary aware.
+//! - [`limits`]: connection limits (in all, per client address, per backend) and descriptors.
 //! - [`config`], [`backends`], [`error`]: the config file, backends, and error-to-response mapping.
 //! - [`discovery`]: backend sets read from DNS SRV records, merged with the file's.
 //! - [`demo`]: the built-in demo backends of `roomgate demo`.
@@ -31,6 +32,7 @@ pub mod discovery;
 pub mod djust;
 pub mod error;
 pub mod health;
+pub mod limits;
 pub mod metrics;
 pub mod placement;
 pub mod proxy;

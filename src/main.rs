@@ -1,5 +1,5 @@
 //! The `roomgate` command: parse the CLI, load the config (exit 64 if it is bad, before binding
-//! anything), start tracing, bind, run until SIGTERM or SIGINT.
+//! anything), start tracing, raise the descriptor limit, bind, run until SIGTERM or SIGINT.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -172,6 +172,7 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     init_tracing(&config);
+    raise_descriptor_limit();
     match serve(config, tls, demo) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -226,6 +227,17 @@ fn init_tracing(config: &Config) {
     match config.log.format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
+    }
+}
+
+/// Raises the soft file-descriptor limit to the hard one before anything is bound: the default
+/// soft limit (often 1024) would cap roomgate far below what the machine allows, and
+/// `limits.max_connections = "auto"` is derived from it.
+fn raise_descriptor_limit() {
+    match roomgate::limits::fd::raise_nofile() {
+        Ok(r) if r.now > r.before => tracing::info!(from = r.before, to = r.now, "file-descriptor limit raised"),
+        Ok(r) => tracing::debug!(limit = r.now, hard = r.hard, "file-descriptor limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the file-descriptor limit; keeping the one in force"),
     }
 }
 

@@ -27,6 +27,7 @@ use crate::backends::Backend;
 use crate::config::{Config, OnMissing};
 use crate::djust::{self, Effect};
 use crate::error::{BackendError, ClientError, LimitError, ProxyError, close_code_for};
+use crate::limits::{self, Holds};
 use crate::relay::frame::{OP_BINARY, OP_TEXT, Rules, close_frame, frame};
 use crate::relay::message::{self, ReadError, Rewind};
 use crate::relay::watch::NavWatch;
@@ -59,6 +60,7 @@ pub fn accept(
     regex: Regex,
     on_missing: OnMissing,
     client: SocketAddr,
+    holds: Holds,
 ) -> Result<Response<Bytes>, ProxyError> {
     let h = &parts.headers;
     if h.get(header::SEC_WEBSOCKET_VERSION).is_none_or(|v| v.as_bytes() != b"13") {
@@ -77,7 +79,8 @@ pub fn accept(
     rh.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     rh.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     rh.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
-    let session = Session { gateway: gateway.clone(), parts, regex, on_missing, client, waiting: Some(waiting) };
+    let session =
+        Session { gateway: gateway.clone(), parts, regex, on_missing, client, waiting: Some(waiting), holds };
     let span = tracing::info_span!("djust", %client, room = tracing::field::Empty);
     tokio::spawn(
         async move {
@@ -136,6 +139,8 @@ struct Session {
     client: SocketAddr,
     /// Until the first message is read.
     waiting: Option<Waiting>,
+    /// Its client connection and forwarded client; its backend slot once routed.
+    holds: Holds,
 }
 
 impl Session {
@@ -152,7 +157,8 @@ impl Session {
         let room = routed.room.as_deref();
         let metrics = &self.gateway.metrics;
         metrics.djust(if room.is_some() { "room" } else { "shared" });
-        let spec = TunnelSpec { client: self.client, room: routed.room.clone(), backend: routed.backend.clone() };
+        let holds = std::mem::take(&mut self.holds);
+        let spec = TunnelSpec { client: self.client, room: routed.room.clone(), backend: routed.backend.clone(), holds };
         let held = upgrade::hold(&self.gateway, &spec);
         drop(pending);
         let limit = self.gateway.snapshot().config.limits.max_first_message;
@@ -204,6 +210,14 @@ impl Session {
         let room = routed.room.as_deref();
         let backend = &*routed.backend.id;
         tracing::Span::current().record("room", room);
+        // Its room's backend at its cap: 4503, like a 503.
+        match routed.backend.claim(config.upstream.max_connections_per_backend) {
+            Ok(slot) => self.holds.backend = Some(slot),
+            Err(e) => {
+                let err = limits::refused(&self.gateway.metrics, e, &backend);
+                return self.refuse(client_io, &err.into(), room).await;
+            }
+        }
         let opened = self.open(config, &routed.backend).await;
         self.gateway.observe_backend(&snap, &routed.backend, &opened, started);
         let mut backend_io = match opened {

@@ -32,6 +32,7 @@ use crate::backends::Backend;
 use crate::config::{Config, OnMissing, Route, RouteMode};
 use crate::directory::{Placement, Presence, RoomDirectory, Use};
 use crate::error::{BackendError, ClientError, ProxyError, respond};
+use crate::limits::{self, Admission, Held, Holds};
 use crate::metrics::{Metrics, RequestLabels};
 use crate::relay::{CLOSE_SERVICE_RESTART, TunnelOptions, Tunnels};
 use crate::room_key::{self, RequestView};
@@ -51,6 +52,8 @@ pub struct Gateway {
     none: Arc<str>,
     /// djust sockets waiting for their first message (`limits.max_pending_sockets`).
     pub(crate) waiting_sockets: std::sync::atomic::AtomicUsize,
+    /// Client connections open, in all and per client (`limits.max_connections*`).
+    pub admission: Arc<Admission>,
 }
 
 /// The client connection a request came on.
@@ -98,6 +101,7 @@ impl Gateway {
             splits: AtomicU64::new(0),
             none: Arc::from("none"),
             waiting_sockets: std::sync::atomic::AtomicUsize::new(0),
+            admission: Admission::new(),
         })
     }
 
@@ -168,6 +172,8 @@ impl Gateway {
         if websocket {
             check_handshake(&req)?;
         }
+        let forwarded = (self.admission.admit_forwarded(client.ip(), req.headers(), config))
+            .map_err(|e| limits::refused(&self.metrics, e, &client))?;
         let (route_index, route) = config.route_for(req.uri().path()).ok_or(ClientError::NoRoute)?;
         *route_label = snap.route_labels[route_index].clone();
         let secure = is_secure(&req, conn, config);
@@ -177,10 +183,14 @@ impl Gateway {
             let client_upgrade = hyper::upgrade::on(&mut req);
             let (mut parts, _body) = req.into_parts();
             prepare_forward(&mut parts, conn, config);
-            let resp = djust::accept(self, parts, client_upgrade, regex, route.on_missing, client)?;
+            let holds = Holds { conn: parts.extensions.remove(), addr: forwarded, backend: None };
+            let resp = djust::accept(self, parts, client_upgrade, regex, route.on_missing, client, holds)?;
             return Ok(resp.map(ResponseBody::local));
         };
         *backend_label = target.backend.id.clone();
+        let slot = (target.backend.claim(config.upstream.max_connections_per_backend))
+            .map_err(|e| limits::refused(&self.metrics, e, &target.backend.id))?;
+        let mut holds = Holds { conn: None, addr: forwarded, backend: Some(slot) };
         let span = tracing::Span::current();
         span.record("room", target.room.as_deref());
         span.record("backend", &*target.backend.id);
@@ -195,7 +205,10 @@ impl Gateway {
 
         let started = Instant::now();
         let result = match client_upgrade {
-            Some(client_upgrade) => self.upgrade(parts, client_upgrade, &target, client, config).await,
+            Some(client_upgrade) => {
+                holds.conn = parts.extensions.remove();
+                self.upgrade(parts, client_upgrade, &target, client, config, holds).await
+            }
             None => {
                 let presence = self.presence(&target, Use::Request);
                 let counted = record.as_ref().map(|r| r.bytes_in.clone());
@@ -221,7 +234,10 @@ impl Gateway {
                         backend: target.backend.id.to_string(),
                         why: "101 to a request that asked for no upgrade",
                     }),
-                    sent => sent.map(|resp| resp.map(|b| ResponseBody::upstream(b).with_presence(presence))),
+                    sent => sent.map(|mut resp| {
+                        Held::attach(&mut resp, holds);
+                        resp.map(|b| ResponseBody::upstream(b).with_presence(presence))
+                    }),
                 }
             }
         };
@@ -357,6 +373,7 @@ impl Gateway {
         target: &Target,
         client: SocketAddr,
         config: &Config,
+        holds: Holds,
     ) -> Result<Response<ResponseBody>, BackendError> {
         headers::set_websocket_upgrade(&mut parts.headers);
         parts.version = Version::HTTP_11;
@@ -364,7 +381,7 @@ impl Gateway {
             parts.uri = pq.into();
         }
         parts.extensions = Default::default();
-        let spec = TunnelSpec { client, room: target.room.clone(), backend: target.backend.clone() };
+        let spec = TunnelSpec { client, room: target.room.clone(), backend: target.backend.clone(), holds };
         let resp = upgrade::forward(
             self,
             Request::from_parts(parts, ()),

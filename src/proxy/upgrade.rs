@@ -21,6 +21,7 @@ use super::access;
 use crate::backends::Backend;
 use crate::directory::{Presence, Use};
 use crate::error::BackendError;
+use crate::limits::Holds;
 use crate::relay::watch::NavWatch;
 use crate::relay::{self, Registration, TunnelOptions};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -30,6 +31,8 @@ pub struct TunnelSpec {
     pub client: SocketAddr,
     pub room: Option<String>,
     pub backend: Arc<Backend>,
+    /// Its client connection, forwarded client and backend slot, counted until it ends.
+    pub holds: Holds,
 }
 
 /// Sends the handshake `req` (headers already prepared) to the backend. Returns the backend's
@@ -197,6 +200,7 @@ where
         let (pump_stats, ending) = (&mut relay).await;
         stats.open_sockets.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         drop(held);
+        drop(spec.holds);
         access::websocket_closed(spec.client, spec.room.as_deref(), &spec.backend.id, start, &pump_stats, &ending);
     }
 }
@@ -218,7 +222,12 @@ mod tests {
         let tunnels = Arc::new(crate::relay::Tunnels::default());
         let reg = tunnels.register(Some("room".into()), backend.id.clone());
         let (a, b) = tokio::io::duplex(64);
-        let spec = super::TunnelSpec { client: "127.0.0.1:2".parse().unwrap(), room: Some("room".into()), backend };
+        let spec = super::TunnelSpec {
+            client: "127.0.0.1:2".parse().unwrap(),
+            room: Some("room".into()),
+            backend: backend.clone(),
+            holds: crate::limits::Holds { backend: Some(backend.claim(None).unwrap()), ..Default::default() },
+        };
         let opts = crate::relay::TunnelOptions { close_timeout: std::time::Duration::from_secs(1), rsv: 0 };
         let fut = super::run(a, b, (reg, None), spec, opts, None);
         let size = std::mem::size_of_val(&fut);

@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use http::{Request, header};
+use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -23,6 +25,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::limits::{ConnTicket, hold_body};
 use crate::proxy::{Conn, Gateway, Scheme};
 
 /// The HTTP/2 connection preface a client with prior knowledge opens with (h2c).
@@ -71,10 +74,12 @@ impl Protocols {
 }
 
 /// Serves a connection of a plain listener: HTTP/2 if it opens with the h2c preface, else
-/// HTTP/1.1.
+/// HTTP/1.1. `ticket` counts it against the connection limits until it ends (or, once it
+/// becomes a WebSocket, until the WebSocket does).
 pub(super) async fn serve_plain(
     stream: TcpStream,
     client: SocketAddr,
+    ticket: ConnTicket,
     gateway: Arc<Gateway>,
     protocols: Arc<Protocols>,
     stop: CancellationToken,
@@ -89,7 +94,7 @@ pub(super) async fn serve_plain(
         },
         () = stop.cancelled() => return,
     };
-    serve(stream, proto, Conn { client, scheme: Scheme::Http }, gateway, &protocols, stop).await;
+    serve(stream, proto, Conn { client, scheme: Scheme::Http }, ticket, gateway, &protocols, stop).await;
 }
 
 /// Serves a connection of a TLS listener: the handshake (bounded by `timeouts.request_head`),
@@ -97,6 +102,7 @@ pub(super) async fn serve_plain(
 pub(super) async fn serve_tls(
     stream: TcpStream,
     client: SocketAddr,
+    ticket: ConnTicket,
     gateway: Arc<Gateway>,
     protocols: Arc<Protocols>,
     acceptor: TlsAcceptor,
@@ -122,7 +128,7 @@ pub(super) async fn serve_tls(
     let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
     gateway.metrics.tls_handshake(if resumed { "resumed" } else { "full" });
     let proto = if session.alpn_protocol() == Some(b"h2") { Proto::Http2 } else { Proto::Http1 };
-    serve(stream, proto, Conn { client, scheme: Scheme::Https }, gateway, &protocols, stop).await;
+    serve(stream, proto, Conn { client, scheme: Scheme::Https }, ticket, gateway, &protocols, stop).await;
 }
 
 /// Reads the first bytes (at most four): the h2c preface or not. They are handed back to the
@@ -200,6 +206,7 @@ async fn serve<I>(
     io: I,
     proto: Proto,
     conn: Conn,
+    ticket: ConnTicket,
     gateway: Arc<Gateway>,
     protocols: &Protocols,
     stop: CancellationToken,
@@ -208,9 +215,14 @@ async fn serve<I>(
 {
     let result = match proto {
         Proto::Http1 => {
-            let service = service_fn(move |req| {
+            let service = service_fn(move |mut req: Request<Incoming>| {
+                // A request that may become a WebSocket carries the connection's ticket into
+                // its tunnel, which outlives this connection's task.
+                if req.headers().contains_key(header::UPGRADE) {
+                    req.extensions_mut().insert(ticket.clone());
+                }
                 let gateway = gateway.clone();
-                async move { Ok::<_, Infallible>(gateway.handle(req, conn).await) }
+                async move { Ok::<_, Infallible>(hold_body(gateway.handle(req, conn).await)) }
             });
             let c = protocols.h1.serve_connection(TokioIo::new(io), service).with_upgrades();
             tokio::pin!(c);
@@ -222,7 +234,10 @@ async fn serve<I>(
                 }
             }
         }
-        Proto::Http2 => serve_h2(io, conn, gateway, protocols, stop).await,
+        Proto::Http2 => {
+            let _ticket = ticket;
+            serve_h2(io, conn, gateway, protocols, stop).await
+        }
     };
     if let Err(e) = result {
         log_connection_error(&e);
@@ -246,7 +261,7 @@ where
     let service = service_fn(move |req| {
         counter.fetch_add(1, Ordering::Relaxed);
         let gateway = gateway.clone();
-        async move { Ok::<_, Infallible>(gateway.handle(req, conn).await) }
+        async move { Ok::<_, Infallible>(hold_body(gateway.handle(req, conn).await)) }
     });
     let c = protocols.h2.serve_connection(TokioIo::new(io), service);
     tokio::pin!(c);

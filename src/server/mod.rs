@@ -18,9 +18,11 @@ use crate::config::Config;
 use crate::config::Directory;
 use crate::control::Control;
 use crate::directory::{MemoryDirectory, RedisDirectory, RedisSettings, RoomDirectory};
+use crate::limits;
 use crate::metrics::Metrics;
 use crate::proxy::Gateway;
 use crate::relay::CLOSE_GOING_AWAY;
+use crate::throttle::Throttle;
 use crate::tls::Tls;
 
 use self::conn::Protocols;
@@ -166,7 +168,8 @@ async fn finish(
 }
 
 /// Accepts connections on one listener and serves each in a task of its own, under the
-/// connection's tracing span. `acceptor`: a TLS listener.
+/// connection's tracing span. `acceptor`: a TLS listener. A connection over a connection limit
+/// is closed here, before a byte is read from it (or a TLS handshake begins).
 async fn accept_loop(
     listener: TcpListener,
     gateway: Arc<Gateway>,
@@ -176,33 +179,73 @@ async fn accept_loop(
     connections: TaskTracker,
 ) {
     while let Some((stream, client)) = accept(&listener, &stop).await {
+        let admitted = gateway.admission.admit(client.ip(), &gateway.snapshot());
+        let ticket = match admitted {
+            Ok(ticket) => ticket,
+            Err(e) => {
+                limits::refused(&gateway.metrics, e, &client);
+                drop(stream);
+                continue;
+            }
+        };
         let span = tracing::info_span!("conn", client.addr = %client, room = tracing::field::Empty, backend = tracing::field::Empty);
         let (gateway, protocols, stop) = (gateway.clone(), protocols.clone(), stop.clone());
         match &acceptor {
             Some(acceptor) => {
-                let conn = conn::serve_tls(stream, client, gateway, protocols, acceptor.clone(), stop);
+                let conn = conn::serve_tls(stream, client, ticket, gateway, protocols, acceptor.clone(), stop);
                 connections.spawn(conn.instrument(span));
             }
             None => {
-                connections.spawn(conn::serve_plain(stream, client, gateway, protocols, stop).instrument(span));
+                let conn = conn::serve_plain(stream, client, ticket, gateway, protocols, stop);
+                connections.spawn(conn.instrument(span));
             }
         }
     }
 }
 
-/// The next connection, or `None` once `stop` is cancelled. Accept errors (out of file
-/// descriptors and the like) are logged and retried after a short pause instead of spinning.
+/// First pause after an accept that failed for want of a resource; doubled on each failure in a
+/// row up to [`ACCEPT_BACKOFF_MAX`], and started over after an accept that succeeds.
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The next connection, or `None` once `stop` is cancelled.
+///
+/// Out of file descriptors (EMFILE, ENFILE) or memory, `accept` fails at once for as long as it
+/// lasts, and the connection waits in the backlog, so retrying at once would spin a core. It
+/// backs off instead: 10 ms, doubling to 1 s, logged at most once a second. An error of the
+/// connection itself (reset or aborted before it was accepted) is skipped at once.
 pub(crate) async fn accept(listener: &TcpListener, stop: &CancellationToken) -> Option<(TcpStream, SocketAddr)> {
+    static LOG: Throttle = Throttle::new(Duration::from_secs(1));
+    let mut pause = ACCEPT_BACKOFF_MIN;
     loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => return Some(pair),
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             () = stop.cancelled() => return None,
+        };
+        match accepted {
+            Ok(pair) => return Some(pair),
+            Err(e) if is_connection_error(&e) => tracing::debug!(error = %e, "connection lost before accept"),
+            Err(e) => {
+                if let Some(held_back) = LOG.ready() {
+                    tracing::warn!(
+                        error = %e,
+                        retry_in = ?pause,
+                        failed_since_last_line = held_back,
+                        "accept failed (out of file descriptors?); backing off"
+                    );
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    () = stop.cancelled() => return None,
+                }
+                pause = (pause * 2).min(ACCEPT_BACKOFF_MAX);
+            }
         }
     }
+}
+
+/// Errors of one pending connection, not of the listener: the next accept may succeed.
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset, Interrupted};
+    matches!(e.kind(), ConnectionAborted | ConnectionRefused | ConnectionReset | Interrupted)
 }
