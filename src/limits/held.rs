@@ -17,7 +17,7 @@ use crate::backends::BackendSlot;
 #[derive(Default)]
 pub struct Holds {
     pub conn: Option<ConnTicket>,
-    pub addr: Option<AddrTicket>,
+    pub addr: Option<Box<AddrTicket>>,
     pub backend: Option<BackendSlot>,
 }
 

@@ -50,13 +50,13 @@ pub struct ConnTicket {
 
 /// A request or WebSocket that a trusted proxy forwarded, counted against its client's address.
 pub struct AddrTicket {
-    _counted: Counted,
+    admission: Arc<Admission>,
+    key: AddrKey,
 }
 
-/// One count: a connection in `open` (when `total`), and one for `addr`.
+/// A connection counted in `open`, and for its address when it has one.
 struct Counted {
     admission: Arc<Admission>,
-    total: bool,
     addr: Option<AddrKey>,
 }
 
@@ -102,7 +102,7 @@ impl Admission {
             return Err(LimitError { limit: MAX_CONNECTIONS, max });
         }
         // From here on, dropping `counted` gives the connection back.
-        let mut counted = Counted { admission: self.clone(), total: true, addr: None };
+        let mut counted = Counted { admission: self.clone(), addr: None };
         let config = &snap.config;
         if let Some(max) = config.limits.max_connections_per_ip
             && !is_trusted(peer, &config.server.trusted_proxies)
@@ -114,13 +114,14 @@ impl Admission {
 
     /// A request or WebSocket handshake on a connection from `peer`: when `peer` is a trusted
     /// proxy and `limits.max_connections_per_ip` is set, counted against the client it forwards
-    /// ([`forwarded_client`]) until the ticket drops. `None`: nothing to count.
+    /// ([`forwarded_client`]) until the ticket drops. `None`: nothing to count. Boxed: it is
+    /// rare, and a tunnel keeps it in a future whose size counts.
     pub fn admit_forwarded(
         self: &Arc<Self>,
         peer: IpAddr,
         headers: &HeaderMap,
         config: &Config,
-    ) -> Result<Option<AddrTicket>, LimitError> {
+    ) -> Result<Option<Box<AddrTicket>>, LimitError> {
         let Some(max) = config.limits.max_connections_per_ip else { return Ok(None) };
         let trusted = &config.server.trusted_proxies;
         if !is_trusted(peer, trusted) {
@@ -128,7 +129,7 @@ impl Admission {
         }
         let client = forwarded_client(peer, headers, trusted);
         let key = self.add(client, max)?;
-        Ok(Some(AddrTicket { _counted: Counted { admission: self.clone(), total: false, addr: Some(key) } }))
+        Ok(Some(Box::new(AddrTicket { admission: self.clone(), key })))
     }
 
     fn add(&self, ip: IpAddr, max: usize) -> Result<AddrKey, LimitError> {
@@ -142,12 +143,16 @@ impl Admission {
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        if self.total {
-            self.admission.open.fetch_sub(1, Ordering::AcqRel);
-        }
+        self.admission.open.fetch_sub(1, Ordering::AcqRel);
         if let Some(key) = self.addr {
             self.admission.addrs.remove(key);
         }
+    }
+}
+
+impl Drop for AddrTicket {
+    fn drop(&mut self) {
+        self.admission.addrs.remove(self.key);
     }
 }
 
