@@ -149,7 +149,11 @@ async fn out_of_descriptors_the_accept_loop_backs_off_and_recovers() {
     }
     let deadline = Instant::now() + LIMIT;
     while roomgate.log_lines("Too many open files") == 0 {
-        assert!(Instant::now() < deadline, "accept never ran out of descriptors ({} open)", roomgate.open_descriptors());
+        assert!(
+            Instant::now() < deadline,
+            "accept never ran out of descriptors ({} open)",
+            roomgate.open_descriptors()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // (Descriptors inherited above the limit may come on top.)

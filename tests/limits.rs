@@ -165,7 +165,8 @@ async fn per_address_cap_refuses_the_51st_connection_from_one_address_and_serves
 #[tokio::test]
 async fn behind_a_trusted_proxy_each_forwarded_client_is_counted_per_request_and_socket() {
     let backends = backends(1).await;
-    let extra = format!("[server]\ntrusted_proxies = [\"127.0.0.1\"]\n[limits]\nmax_connections_per_ip = 2\n{LONG_IDLE}");
+    let extra =
+        format!("[server]\ntrusted_proxies = [\"127.0.0.1\"]\n[limits]\nmax_connections_per_ip = 2\n{LONG_IDLE}");
     let proxy = Proxy::start(&config(&backend_list(&backends), ROUTES, &extra)).await;
     let a = "X-Forwarded-For: 203.0.113.7\r\n";
     // Two requests of 203.0.113.7 held by the backend (`/slow` never answers).
@@ -234,7 +235,8 @@ impl GatedBackend {
     async fn start() -> GatedBackend {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let (gate, now, most) = (Arc::new(Semaphore::new(0)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (gate, now, most) =
+            (Arc::new(Semaphore::new(0)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let (g, n, m) = (gate.clone(), now.clone(), most.clone());
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -250,7 +252,9 @@ impl GatedBackend {
                     }
                 });
                 tokio::spawn(async move {
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
                 });
             }
         });

@@ -79,8 +79,7 @@ pub fn accept(
     rh.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     rh.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     rh.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
-    let session =
-        Session { gateway: gateway.clone(), parts, regex, on_missing, client, waiting: Some(waiting), holds };
+    let session = Session { gateway: gateway.clone(), parts, regex, on_missing, client, waiting: Some(waiting), holds };
     let span = tracing::info_span!("djust", %client, room = tracing::field::Empty);
     tokio::spawn(
         async move {
@@ -158,7 +157,8 @@ impl Session {
         let metrics = &self.gateway.metrics;
         metrics.djust(if room.is_some() { "room" } else { "shared" });
         let holds = std::mem::take(&mut self.holds);
-        let spec = TunnelSpec { client: self.client, room: routed.room.clone(), backend: routed.backend.clone(), holds };
+        let spec =
+            TunnelSpec { client: self.client, room: routed.room.clone(), backend: routed.backend.clone(), holds };
         let held = upgrade::hold(&self.gateway, &spec);
         drop(pending);
         let limit = self.gateway.snapshot().config.limits.max_first_message;
