@@ -181,6 +181,18 @@ where
             || (self.up.phase == Phase::Done && said_goodbye(&self.down))
     }
 
+    /// The watch stopped the client's stream: the client is told why (after 1012, a page of
+    /// another room, client.js reconnects and mounts the new page on its owner). Called between
+    /// the two directions' runs, before the backend-to-client direction reads again: the stop
+    /// has already sent the backend its 1001 and ended its stream, so the backend's next bytes
+    /// may be its close reply or its end of stream, and either, read first, would reach the
+    /// client instead of the 1012 (an end of stream: a bare FIN, no close frame at all).
+    fn forward_stop(&mut self) {
+        if let Some((code, reason)) = self.up.stopped {
+            self.down.request_close(close_frame(code, reason, None), After::AwaitReply);
+        }
+    }
+
     /// A peer broke the framing: stop reading it, and tell it 1002 at the next boundary of the
     /// other direction. The other peer gets a close of its own when what it was sent ends at a
     /// frame boundary (1014, bad gateway, for a client whose backend broke; 1001 for a backend
@@ -216,6 +228,7 @@ where
         let this = &mut *self;
         loop {
             let up = this.up.poll_run(cx, &mut this.client, &mut this.backend, &mut this.activity);
+            this.forward_stop();
             let down = this.down.poll_run(cx, &mut this.backend, &mut this.client, &mut this.activity);
             let mut again = false;
             for (result, side) in [(up, Side::Client), (down, Side::Backend)] {
@@ -229,14 +242,6 @@ where
                     }
                     _ => {}
                 }
-            }
-            if let Some((code, reason)) = this.up.stopped
-                && this.down.phase == Phase::Relay
-            {
-                // The watch stopped the client's stream: tell the client why. After 1012 (a page
-                // of another room) client.js reconnects and mounts the new page on its owner.
-                this.down.request_close(close_frame(code, reason, None), After::AwaitReply);
-                again = true;
             }
             if again {
                 continue;

@@ -221,3 +221,42 @@ async fn rsv1_passes_only_when_an_extension_allows_it() {
     drop(backend_peer);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), task).await;
 }
+
+/// Reads a duplex peer to its end: the frames' bytes and the code of the first close frame in
+/// them, if any.
+async fn read_to_end_duplex(s: &mut tokio::io::DuplexStream) -> (Vec<u8>, Option<u16>) {
+    let mut all = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut all));
+    read.await.expect("the stream ended in time").unwrap();
+    let mut t = FrameTracker::new();
+    let feed = t.feed(&all).unwrap();
+    (all, feed.close_end.and(t.close_code()))
+}
+
+/// The page watch stops the client's stream (a page of another room) in the very poll in which
+/// the backend's end of stream is already readable: the backend answered roomgate's 1001 by
+/// dropping its connection (as tungstenite does) before the backend-to-client direction ran
+/// again. The client must still get its 1012 before its end of stream, never a bare FIN.
+#[tokio::test]
+async fn a_stop_reaches_the_client_even_when_the_backend_ends_its_stream_at_once() {
+    let (mut client, client_side) = tokio::io::duplex(64 * 1024);
+    let (backend_side, mut backend) = tokio::io::duplex(64 * 1024);
+    let mut pump = Pump::new(client_side, backend_side, 0);
+    let regex = regex::Regex::new("^/room/(?P<room>[^/]+)/").unwrap();
+    pump.watch(NavWatch::new(regex, Some("1"), 64 * 1024, Default::default()));
+    // Both already readable when the pump first runs: the navigation out of the room, and the
+    // backend's end of stream.
+    let nav = r#"{"type":"live_redirect_mount","view":"v","params":{},"url":"/room/2/"}"#;
+    client.write_all(&frame(crate::relay::frame::OP_TEXT, nav.as_bytes(), Some(M))).await.unwrap();
+    backend.shutdown().await.unwrap();
+    let task = tokio::spawn(pump);
+    let (to_client, code) = read_to_end_duplex(&mut client).await;
+    assert_eq!(code, Some(1012), "the client got {to_client:?} then its end of stream");
+    let (to_backend, code) = read_to_end_duplex(&mut backend).await;
+    assert_eq!(code, Some(1001), "the backend got {to_backend:?}");
+    assert!(!String::from_utf8_lossy(&to_backend).contains("room/2"), "the navigation reached the backend");
+    // The client answers the close: the tunnel ends.
+    client.write_all(&frame(OP_CLOSE, &1012u16.to_be_bytes(), Some(M))).await.unwrap();
+    let stats = tokio::time::timeout(std::time::Duration::from_secs(5), task).await.unwrap().unwrap().unwrap();
+    assert_eq!(stats.stopped, Some(1012));
+}
