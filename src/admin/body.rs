@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{Request, StatusCode, header};
+use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use hyper::body::Incoming;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
@@ -30,15 +31,21 @@ pub(super) type BodyError = (StatusCode, String);
 
 /// Reads the body of `req` (at most [`MAX_BODY`] bytes, within `timeout`) and parses it as `T`.
 /// An empty body (or only whitespace) is `T::default()`.
-pub(super) async fn json<T: DeserializeOwned + Default>(
-    req: Request<Incoming>,
-    timeout: Duration,
-) -> Result<T, BodyError> {
+pub(super) async fn json<T, B>(req: Request<B>, timeout: Duration) -> Result<T, BodyError>
+where
+    T: DeserializeOwned + Default,
+    B: Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let bytes = read(req, timeout).await?;
     parse(&bytes)
 }
 
-async fn read(req: Request<Incoming>, timeout: Duration) -> Result<bytes::Bytes, BodyError> {
+async fn read<B>(req: Request<B>, timeout: Duration) -> Result<Bytes, BodyError>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let announced = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if announced.is_some_and(|n| n > MAX_BODY as u64) {
         return Err(too_large());
@@ -102,6 +109,18 @@ mod tests {
         assert!(msg.starts_with("the body is not JSON"), "{msg}");
         let (_, msg) = drain(r#"{"deadline": "30s", "deadline": "1s"}"#).unwrap_err();
         assert!(msg.contains("duplicate field `deadline`"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn bodies_are_capped_as_they_are_read() {
+        use http_body_util::{Full, StreamBody};
+        let chunks =
+            (0..20).map(|_| Ok::<_, std::convert::Infallible>(http_body::Frame::data(Bytes::from(vec![b' '; 4096]))));
+        let unannounced = Request::new(StreamBody::new(futures_util::stream::iter(chunks)));
+        let (status, msg) = json::<DrainBody, _>(unannounced, Duration::from_secs(10)).await.unwrap_err();
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{msg}");
+        let at_cap = Request::new(Full::new(Bytes::from(vec![b' '; MAX_BODY])));
+        assert!(json::<DrainBody, _>(at_cap, Duration::from_secs(10)).await.is_ok());
     }
 
     #[test]

@@ -85,12 +85,14 @@ async fn route(control: &Control, req: Request<Incoming>, body_timeout: Duration
         (&Method::GET, ["admin", "status"]) => Ok(status(control)),
         (&Method::GET, ["admin", "rooms"]) => Ok(rooms(control, req.uri().query())),
         (&Method::GET, ["admin", "rooms", key]) => room(control, key).await,
-        (&Method::POST, ["admin", "backends", id, "drain"]) => match body::json::<DrainBody>(req, body_timeout).await {
-            Ok(body) => drain(control, id, body),
-            Err(e) => Err(e),
-        },
+        (&Method::POST, ["admin", "backends", id, "drain"]) => {
+            match body::json::<DrainBody, _>(req, body_timeout).await {
+                Ok(body) => drain(control, id, body),
+                Err(e) => Err(e),
+            }
+        }
         (&Method::POST, ["admin", "backends", id, "undrain"]) => {
-            match body::json::<NoFields>(req, body_timeout).await {
+            match body::json::<NoFields, _>(req, body_timeout).await {
                 Ok(NoFields {}) => control
                     .undrain(id)
                     .map(|done| match done {
@@ -103,7 +105,7 @@ async fn route(control: &Control, req: Request<Incoming>, body_timeout: Duration
                 Err(e) => Err(e),
             }
         }
-        (&Method::POST, ["admin", "reload"]) => match body::json::<NoFields>(req, body_timeout).await {
+        (&Method::POST, ["admin", "reload"]) => match body::json::<NoFields, _>(req, body_timeout).await {
             Ok(NoFields {}) => reload(control).await,
             Err(e) => Err(e),
         },
