@@ -80,7 +80,6 @@ fn check_origin(headers: &HeaderMap, authority: Option<&Authority>) -> Result<()
     if same {
         return Ok(());
     }
-    tracing::warn!(origin = text, "admin request from a cross-site Origin refused");
     Err(Denied::forbidden(format!("cross-site Origin {text:?} refused: the admin API serves no web page")))
 }
 

@@ -26,6 +26,7 @@ use self::body::{DrainBody, NoFields};
 use self::listener::Lane;
 use crate::config::parse_duration;
 use crate::control::{Control, ControlError, Undrained};
+use crate::throttle::Throttle;
 
 const MAX_PAGE: usize = 1000;
 
@@ -66,7 +67,12 @@ async fn handle(
     }
     let token = control.gateway().snapshot().config.admin.token.clone();
     if let Err(denied) = access::check(&req, token.as_deref()) {
-        tracing::warn!(%peer, path = req.uri().path(), status = %denied.status, error = %denied.message, "admin request refused");
+        // Anyone who reaches the port can cause this: logged at most once a second.
+        static LOG: Throttle = Throttle::new(Duration::from_secs(1));
+        if let Some(held_back) = LOG.ready() {
+            let path = req.uri().path();
+            tracing::warn!(%peer, path, status = %denied.status, error = %denied.message, held_back, "admin request refused");
+        }
         let mut r = json_response(denied.status, &json!({ "error": denied.message }));
         if denied.status == StatusCode::UNAUTHORIZED {
             r.headers_mut().insert(header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
