@@ -1,107 +1,119 @@
 //! The admin API, on its own listener: status, rooms, drain and undrain, reload, Prometheus
-//! metrics, and the probes. JSON everywhere; errors as `{"error": "..."}`. With `[admin] token`
-//! set, every endpoint but the probes needs `Authorization: Bearer TOKEN`.
+//! metrics, and the probes. JSON everywhere; errors as `{"error": "..."}`. Who may call it:
+//! [`access`]; bodies: [`body`]; connections, caps and timeouts: [`listener`].
 
-use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+mod access;
+mod body;
 mod client;
+mod listener;
 
 pub use client::{AdminTarget, DrainOptions, drain_command, undrain_command};
+pub use listener::{Options, serve_with};
 
+use self::body::{DrainBody, NoFields};
+use self::listener::Lane;
 use crate::config::parse_duration;
 use crate::control::{Control, ControlError, Undrained};
+use crate::throttle::Throttle;
 
-const MAX_BODY: usize = 4096;
 const MAX_PAGE: usize = 1000;
 
-/// Serves the admin API until `stop` is cancelled.
+/// Serves the admin API until `stop` is cancelled, with the default [`Options`].
 pub async fn serve(listener: TcpListener, control: Arc<Control>, stop: CancellationToken) {
-    if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "admin API listening");
-    }
-    while let Some((stream, peer)) = crate::server::accept(&listener, &stop).await {
-        let control = control.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let control = control.clone();
-                async move { Ok::<_, Infallible>(handle(&control, req).await) }
-            });
-            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
-                tracing::debug!(%peer, error = %e, "admin connection ended with an error");
-            }
-        });
-    }
+    serve_with(listener, control, stop, Options::default()).await;
 }
 
-async fn handle(control: &Control, req: Request<Incoming>) -> Response<Full<Bytes>> {
+/// Answers one request. The probes come first and need nothing: no token, no particular Host.
+/// A probe-lane connection (past `admin.max_connections`) gets only them; anything else 503.
+async fn handle(
+    control: &Control,
+    req: Request<Incoming>,
+    lane: Lane,
+    peer: SocketAddr,
+    body_timeout: Duration,
+) -> Response<Full<Bytes>> {
+    // Readiness is the process's own: every listener is bound before the server starts (main,
+    // tests), so an answer here means the config loaded and the listeners are bound. It never
+    // looks at the backends or at Redis: a replica whose backends are all down still owes its
+    // clients an answer, and taking it out of service helps no one. When a shutdown begins this
+    // listener closes, so both probes fail from then on.
+    if req.method() == Method::GET {
+        match req.uri().path() {
+            "/healthz" => return text(StatusCode::OK, "ok\n"),
+            "/readyz" => return text(StatusCode::OK, "ready\n"),
+            _ => {}
+        }
+    }
+    if lane == Lane::Probe {
+        listener::refused(control, peer, "only the probes are answered past the cap");
+        let mut r = json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"error": format!("the admin API is at {}: only /healthz and /readyz are answered; retry", listener::LIMIT)}),
+        );
+        r.headers_mut().insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+        return r;
+    }
+    let token = control.gateway().snapshot().config.admin.token.clone();
+    if let Err(denied) = access::check(&req, token.as_deref()) {
+        // Anyone who reaches the port can cause this: logged at most once a second.
+        static LOG: Throttle = Throttle::new(Duration::from_secs(1));
+        if let Some(held_back) = LOG.ready() {
+            let path = req.uri().path();
+            tracing::warn!(%peer, path, status = %denied.status, error = %denied.message, held_back, "admin request refused");
+        }
+        let mut r = json_response(denied.status, &json!({ "error": denied.message }));
+        if denied.status == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+        }
+        return r;
+    }
+    route(control, req, body_timeout).await
+}
+
+async fn route(control: &Control, req: Request<Incoming>, body_timeout: Duration) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
-    // The probes need no token. Readiness is the process's own: every listener is bound before
-    // the server starts (main, tests), so an answer here means the config loaded and the
-    // listeners are bound. It never looks at the backends or at Redis: a replica whose backends
-    // are all down still owes its clients an answer, and taking it out of service helps no one.
-    // When a shutdown begins this listener closes, so both probes fail from then on.
-    match (&method, path.as_str()) {
-        (&Method::GET, "/healthz") => return text(StatusCode::OK, "ok\n"),
-        (&Method::GET, "/readyz") => return text(StatusCode::OK, "ready\n"),
-        _ => {}
-    }
-    if let Some(denied) = authorize(control, &req) {
-        return denied;
-    }
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let resp = match (&method, segments.as_slice()) {
-        (&Method::GET, ["metrics"]) => {
-            let snap = control.gateway().snapshot();
-            let g = control.gateway();
-            let splits = g.splits.load(std::sync::atomic::Ordering::Relaxed);
-            let body = g.metrics.render(&snap, g.directory.as_ref(), splits, control.tls().map(|t| &**t));
-            let mut r = Response::new(Full::new(Bytes::from(body)));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                http::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-            );
-            return r;
-        }
+        (&Method::GET, ["metrics"]) => return metrics(control),
         (&Method::GET, ["admin", "status"]) => Ok(status(control)),
         (&Method::GET, ["admin", "rooms"]) => Ok(rooms(control, req.uri().query())),
         (&Method::GET, ["admin", "rooms", key]) => room(control, key).await,
         (&Method::POST, ["admin", "backends", id, "drain"]) => {
-            let body = read_body(req).await;
-            drain(control, id, body)
+            match body::json::<DrainBody, _>(req, body_timeout).await {
+                Ok(body) => drain(control, id, body),
+                Err(e) => Err(e),
+            }
         }
-        (&Method::POST, ["admin", "backends", id, "undrain"]) => control
-            .undrain(id)
-            .map(|done| match done {
-                Undrained::Active => json!({"backend": id, "state": "active"}),
-                Undrained::SharedOnly => json!({"backend": id, "state": "unknown here", "shared_drain": "ended"}),
-            })
-            .map_err(|e| error_for(&e)),
-        (&Method::POST, ["admin", "reload"]) => match control.reload().await {
-            Ok(diff) => Ok(json!({
-                "ok": true,
-                "epoch": control.gateway().snapshot().epoch,
-                "added": diff.added,
-                "removed": diff.removed,
-                "changed": diff.changed,
-                "routes_changed": diff.routes_changed,
-                "placement_changed": diff.placement_changed,
-                "needs_restart": diff.needs_restart,
-            })),
-            Err(e) => Err(error_for(&e)),
+        (&Method::POST, ["admin", "backends", id, "undrain"]) => {
+            match body::json::<NoFields, _>(req, body_timeout).await {
+                Ok(NoFields {}) => control
+                    .undrain(id)
+                    .map(|done| match done {
+                        Undrained::Active => json!({"backend": id, "state": "active"}),
+                        Undrained::SharedOnly => {
+                            json!({"backend": id, "state": "unknown here", "shared_drain": "ended"})
+                        }
+                    })
+                    .map_err(|e| error_for(&e)),
+                Err(e) => Err(e),
+            }
+        }
+        (&Method::POST, ["admin", "reload"]) => match body::json::<NoFields, _>(req, body_timeout).await {
+            Ok(NoFields {}) => reload(control).await,
+            Err(e) => Err(e),
         },
         _ => Err((StatusCode::NOT_FOUND, format!("no endpoint {method} {path}"))),
     };
@@ -111,26 +123,33 @@ async fn handle(control: &Control, req: Request<Incoming>) -> Response<Full<Byte
     }
 }
 
-fn authorize(control: &Control, req: &Request<Incoming>) -> Option<Response<Full<Bytes>>> {
+fn metrics(control: &Control) -> Response<Full<Bytes>> {
     let snap = control.gateway().snapshot();
-    let token = snap.config.admin.token.as_deref()?;
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if constant_time_eq(given.as_bytes(), token.as_bytes()) {
-        return None;
-    }
-    tracing::warn!(path = req.uri().path(), "admin request with a missing or wrong token");
-    let mut r = json_response(StatusCode::UNAUTHORIZED, &json!({"error": "missing or wrong bearer token"}));
-    r.headers_mut().insert(header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
-    Some(r)
+    let g = control.gateway();
+    let splits = g.splits.load(std::sync::atomic::Ordering::Relaxed);
+    let body = g.metrics.render(&snap, g.directory.as_ref(), splits, control.tls().map(|t| &**t));
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    r
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+async fn reload(control: &Control) -> Result<Value, (StatusCode, String)> {
+    match control.reload().await {
+        Ok(diff) => Ok(json!({
+            "ok": true,
+            "epoch": control.gateway().snapshot().epoch,
+            "added": diff.added,
+            "removed": diff.removed,
+            "changed": diff.changed,
+            "routes_changed": diff.routes_changed,
+            "placement_changed": diff.placement_changed,
+            "needs_restart": diff.needs_restart,
+        })),
+        Err(e) => Err(error_for(&e)),
+    }
 }
 
 fn status(control: &Control) -> Value {
@@ -204,18 +223,10 @@ async fn room(control: &Control, key: &str) -> Result<Value, (StatusCode, String
     }
 }
 
-fn drain(control: &Control, id: &str, body: Result<Bytes, String>) -> Result<Value, (StatusCode, String)> {
-    let body = body.map_err(|e| (StatusCode::BAD_REQUEST, e))?;
-    let deadline = if body.iter().all(u8::is_ascii_whitespace) {
-        None
-    } else {
-        let v: Value =
-            serde_json::from_slice(&body).map_err(|e| (StatusCode::BAD_REQUEST, format!("body is not JSON: {e}")))?;
-        match v.get("deadline") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(parse_duration(s).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?),
-            Some(_) => return Err((StatusCode::BAD_REQUEST, "deadline must be a string such as \"30s\"".into())),
-        }
+fn drain(control: &Control, id: &str, body: DrainBody) -> Result<Value, (StatusCode, String)> {
+    let deadline = match body.deadline {
+        None => None,
+        Some(s) => Some(parse_duration(&s).map_err(|e| (StatusCode::BAD_REQUEST, format!("deadline {s:?}: {e}")))?),
     };
     let d = control.drain(id, deadline).map_err(|e| error_for(&e))?;
     Ok(json!({
@@ -232,13 +243,6 @@ fn error_for(e: &ControlError) -> (StatusCode, String) {
         ControlError::Config(_) | ControlError::NoFile => StatusCode::BAD_REQUEST,
     };
     (status, e.to_string())
-}
-
-async fn read_body(req: Request<Incoming>) -> Result<Bytes, String> {
-    match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) => Err(format!("cannot read the body (at most {MAX_BODY} bytes): {e}")),
-    }
 }
 
 fn decode(s: &str) -> std::borrow::Cow<'_, str> {
