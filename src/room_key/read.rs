@@ -1,0 +1,221 @@
+//! Reading one key source: its one carrier of the key, decoded as the backend will decode it, or
+//! why the request has no single one (two carriers, or a carrier the backend would not see).
+
+use std::borrow::Cow;
+
+use http::header::{self, HeaderMap, HeaderName};
+use http::uri::Authority;
+use regex::Regex;
+
+use super::{Ambiguity, KeyProblem, KeySource, RequestView, decode};
+
+/// Why a source gives no key although it carries one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// The one key it carries is not a valid key.
+    Bad(KeyProblem),
+    /// It does not carry exactly one key, as the backend would read it.
+    Ambiguous(Ambiguity),
+}
+
+type Read<'a> = Result<Option<Cow<'a, str>>, Refusal>;
+
+/// The decoded (not yet validated) key `source` finds in the request; `Ok(None)` when it carries
+/// none, or only an empty one.
+pub(super) fn key<'a>(source: &KeySource, req: &RequestView<'a>) -> Read<'a> {
+    let found = match source {
+        KeySource::Header(name) => header(req.headers, name)?.map(decode_value).transpose()?,
+        KeySource::Cookie(name) => cookie(req.headers, name)?.map(decode_value).transpose()?,
+        KeySource::Query(name) => match req.uri.query() {
+            Some(query) => query_param(query, name)?.map(|v| decode::form(v).map_err(Refusal::Bad)).transpose()?,
+            None => None,
+        },
+        KeySource::Path(re) => path(re, req.uri.path())?,
+        KeySource::Host(re) => host(req)?.and_then(|host| capture_room(re, host)).map(Cow::Borrowed),
+        KeySource::Djust(_) => None,
+    };
+    Ok(found.filter(|key| !key.is_empty()))
+}
+
+fn decode_value(raw: &str) -> Result<Cow<'_, str>, Refusal> {
+    decode::percent(raw).map_err(Refusal::Bad)
+}
+
+/// A key header: exactly one line, no list. RFC 9110 (section 5.3) lets any hop join two lines
+/// into one comma-separated value, and Django's servers do, so `a,b` and two lines are the same
+/// request; a key with a comma travels percent-encoded (`%2C`).
+fn header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a str>, Refusal> {
+    let mut lines = headers.get_all(name).iter();
+    let Some(value) = lines.next() else {
+        return match has_underscore_twin(headers, name) {
+            true => Err(Refusal::Ambiguous(Ambiguity::UnderscoreTwin)),
+            false => Ok(None),
+        };
+    };
+    if lines.next().is_some() || value.as_bytes().contains(&b',') {
+        return Err(Refusal::Ambiguous(Ambiguity::TwoHeaders));
+    }
+    if has_underscore_twin(headers, name) {
+        return Err(Refusal::Ambiguous(Ambiguity::UnderscoreTwin));
+    }
+    let value = value.to_str().map_err(|_| Refusal::Bad(KeyProblem::NotVisibleAscii))?.trim();
+    if !value.is_empty() && named_in_connection(headers, name.as_str()) {
+        return Err(Refusal::Ambiguous(Ambiguity::HopByHop));
+    }
+    Ok(Some(value))
+}
+
+/// Whether another header is `name` with `_` for some `-` (or the reverse): CGI-style servers
+/// (WSGI, Django's ASGI handler) map both to one `HTTP_X_ROOM`.
+fn has_underscore_twin(headers: &HeaderMap, name: &HeaderName) -> bool {
+    let name = name.as_str().as_bytes();
+    if !name.iter().any(|&b| b == b'-' || b == b'_') {
+        return false;
+    }
+    let dash = |b: &u8| *b == b'-' || *b == b'_';
+    headers.keys().any(|other| {
+        let other = other.as_str().as_bytes();
+        other.len() == name.len() && other != name && other.iter().zip(name).all(|(a, b)| a == b || dash(a) && dash(b))
+    })
+}
+
+/// Whether a `Connection` header names `carrier` (the hop-by-hop rule removes it on the way).
+fn named_in_connection(headers: &HeaderMap, carrier: &str) -> bool {
+    headers.get_all(header::CONNECTION).iter().any(|line| {
+        line.as_bytes().split(|&b| b == b',').any(|token| token.trim_ascii().eq_ignore_ascii_case(carrier.as_bytes()))
+    })
+}
+
+/// The key cookie, read as Django's `parse_cookie` reads it: pairs split on `;`, name and value
+/// trimmed, the last of two with one name wins there, so two are refused here; likewise across
+/// several `Cookie` lines.
+fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Refusal> {
+    let mut found: Option<&'a [u8]> = None;
+    for line in headers.get_all(header::COOKIE) {
+        let bytes = line.as_bytes();
+        if !bytes.is_ascii() && memchr::memmem::find(bytes, name.as_bytes()).is_some() {
+            return Err(Refusal::Ambiguous(Ambiguity::NonAsciiCookie));
+        }
+        for pair in bytes.split(|&b| b == b';') {
+            let (n, v) = match memchr::memchr(b'=', pair) {
+                Some(eq) => (&pair[..eq], &pair[eq + 1..]),
+                None => continue,
+            };
+            if n.trim_ascii() != name.as_bytes() {
+                continue;
+            }
+            if found.is_some() {
+                return Err(Refusal::Ambiguous(Ambiguity::TwoCookies));
+            }
+            found = Some(v.trim_ascii());
+        }
+    }
+    let Some(value) = found else { return Ok(None) };
+    if named_in_connection(headers, "cookie") {
+        return Err(Refusal::Ambiguous(Ambiguity::HopByHop));
+    }
+    // One Cookie line only has ASCII here: `from_utf8` cannot fail.
+    let value = std::str::from_utf8(value).map_err(|_| Refusal::Bad(KeyProblem::NotVisibleAscii))?;
+    cookie_value(value).map(Some)
+}
+
+/// A cookie value as the key: quotes removed, as Django does. A comma may be a join of two
+/// `Cookie` lines (a WSGI server joins them with `,`); a backslash in quotes is an escape Django
+/// decodes and roomgate does not.
+fn cookie_value(value: &str) -> Result<&str, Refusal> {
+    if value.contains(',') {
+        return Err(Refusal::Ambiguous(Ambiguity::CommaInCookie));
+    }
+    match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+        Some(inner) if inner.contains('\\') => Err(Refusal::Ambiguous(Ambiguity::EscapedCookie)),
+        Some(inner) => Ok(inner),
+        None => Ok(value),
+    }
+}
+
+/// The raw value of query parameter `name`, read as Django's `QueryDict` (`parse_qsl`) reads it:
+/// pairs split on `&`, names decoded; a name given twice is refused, since Django takes the last
+/// and roomgate would have to guess.
+fn query_param<'a>(query: &'a str, name: &str) -> Result<Option<&'a str>, Refusal> {
+    let mut found = None;
+    for pair in query.split('&') {
+        let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if pair.is_empty() || !decode::query_name_is(n, name) {
+            continue;
+        }
+        if found.is_some() {
+            return Err(Refusal::Ambiguous(Ambiguity::TwoParameters));
+        }
+        found = Some(v);
+    }
+    Ok(found)
+}
+
+/// The room in the path as the backend routes it: the regex runs on the path decoded once, as
+/// Django's URL patterns do.
+fn path<'a>(re: &Regex, raw: &'a str) -> Read<'a> {
+    let decoded = decode::path(raw)?;
+    if decode::has_dot_segment(&decoded) {
+        return Err(Refusal::Ambiguous(Ambiguity::DotSegment));
+    }
+    Ok(match decoded {
+        Cow::Borrowed(path) => capture_room(re, path).map(Cow::Borrowed),
+        Cow::Owned(path) => capture_room(re, &path).map(|room| Cow::Owned(room.to_owned())),
+    })
+}
+
+/// The host name (no port) the backend will see in `Host`. HTTP/1.1 sends it in `Host`; an
+/// absolute-form target (`GET http://a.example/`) or HTTP/2's `:authority` carries it in the URI,
+/// and roomgate forwards the `Host` header as is, or the `:authority` when there is none. Two
+/// that disagree are refused.
+fn host<'a>(req: &RequestView<'a>) -> Result<Option<&'a str>, Refusal> {
+    let mut lines = req.headers.get_all(header::HOST).iter();
+    let line = lines.next();
+    if lines.next().is_some() {
+        return Err(Refusal::Ambiguous(Ambiguity::TwoHosts));
+    }
+    let found = match (req.uri.authority(), line) {
+        (authority, Some(line)) => {
+            let text = line.to_str().map_err(|_| Refusal::Bad(KeyProblem::NotVisibleAscii))?;
+            if text.contains(',') {
+                return Err(Refusal::Ambiguous(Ambiguity::TwoHosts));
+            }
+            if let Some(authority) = authority
+                && !same_host(authority, text, req.uri.scheme_str())
+            {
+                return Err(Refusal::Ambiguous(Ambiguity::HostMismatch));
+            }
+            strip_port(text.trim())
+        }
+        (Some(authority), None) => authority.host(),
+        (None, None) => return Ok(None),
+    };
+    if named_in_connection(req.headers, "host") {
+        return Err(Refusal::Ambiguous(Ambiguity::HopByHop));
+    }
+    Ok(Some(found))
+}
+
+/// Whether the `Host` header names the target's host and port (ASCII case aside; a missing port
+/// is the scheme's default).
+fn same_host(authority: &Authority, host: &str, scheme: Option<&str>) -> bool {
+    let Ok(other) = host.trim().parse::<Authority>() else { return false };
+    let default = match scheme {
+        Some("https" | "wss") => 443,
+        _ => 80,
+    };
+    authority.host().eq_ignore_ascii_case(other.host())
+        && authority.port_u16().unwrap_or(default) == other.port_u16().unwrap_or(default)
+}
+
+pub(super) fn strip_port(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        // IPv6 literal: keep the brackets, drop what follows `]`.
+        return authority.find(']').map_or(authority, |end| &authority[..=end]);
+    }
+    authority.rsplit_once(':').map_or(authority, |(host, _port)| host)
+}
+
+pub(super) fn capture_room<'a>(re: &Regex, haystack: &'a str) -> Option<&'a str> {
+    re.captures(haystack).and_then(|caps| caps.name("room")).map(|m| m.as_str())
+}
