@@ -241,7 +241,6 @@ async fn http2_authority_must_agree_with_host() {
     // `:authority` alone is the host, forwarded as `Host`.
     let alone = send("http://c.rooms.test/h/", None).await;
     s.assert_placed(":authority alone", alone, "c").await;
-    drop(send);
     drop(h2);
     let _ = tokio::time::timeout(LIMIT, conn).await;
     s.proxy.shutdown().await;

@@ -75,7 +75,9 @@ fn has_underscore_twin(headers: &HeaderMap, name: &HeaderName) -> bool {
     let dash = |b: &u8| *b == b'-' || *b == b'_';
     headers.keys().any(|other| {
         let other = other.as_str().as_bytes();
-        other.len() == name.len() && other != name && other.iter().zip(name).all(|(a, b)| a == b || dash(a) && dash(b))
+        other.len() == name.len()
+            && other != name
+            && other.iter().zip(name).all(|(a, b)| a == b || (dash(a) && dash(b)))
     })
 }
 
