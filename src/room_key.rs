@@ -101,7 +101,7 @@ pub enum Ambiguity {
     CommaInCookie,
     #[error("the cookie's quoted value has a backslash escape")]
     EscapedCookie,
-    #[error("a Cookie line with bytes outside ASCII names the cookie")]
+    #[error("the cookie's name has bytes outside ASCII around it, which the backend may strip as spaces")]
     NonAsciiCookie,
     #[error("the request has two Host headers, or a list in one")]
     TwoHosts,

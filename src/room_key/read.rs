@@ -95,15 +95,18 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Ref
     let mut found: Option<&'a [u8]> = None;
     for line in headers.get_all(header::COOKIE) {
         let bytes = line.as_bytes();
-        if !bytes.is_ascii() && memchr::memmem::find(bytes, name.as_bytes()).is_some() {
-            return Err(Refusal::Ambiguous(Ambiguity::NonAsciiCookie));
-        }
+        let ascii = bytes.is_ascii();
         for pair in bytes.split(|&b| b == b';') {
             let (n, v) = match memchr::memchr(b'=', pair) {
-                Some(eq) => (&pair[..eq], &pair[eq + 1..]),
+                Some(eq) => (pair[..eq].trim_ascii(), &pair[eq + 1..]),
                 None => continue,
             };
-            if n.trim_ascii() != name.as_bytes() {
+            if n != name.as_bytes() {
+                // Bytes outside ASCII next to the name may be spaces to the backend: Python's
+                // `strip()` removes U+00A0 and its kin.
+                if !ascii && trim_non_ascii(n) == name.as_bytes() {
+                    return Err(Refusal::Ambiguous(Ambiguity::NonAsciiCookie));
+                }
                 continue;
             }
             if found.is_some() {
@@ -116,9 +119,16 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Ref
     if named_in_connection(headers, "cookie") {
         return Err(Refusal::Ambiguous(Ambiguity::HopByHop));
     }
-    // One Cookie line only has ASCII here: `from_utf8` cannot fail.
+    // Bytes outside ASCII are not a valid key anyway.
     let value = std::str::from_utf8(value).map_err(|_| Refusal::Bad(KeyProblem::NotVisibleAscii))?;
     cookie_value(value).map(Some)
+}
+
+fn trim_non_ascii(bytes: &[u8]) -> &[u8] {
+    let keep = |b: &u8| b.is_ascii() && !b.is_ascii_whitespace();
+    let start = bytes.iter().position(keep).unwrap_or(bytes.len());
+    let end = bytes.iter().rposition(keep).map_or(start, |i| i + 1);
+    &bytes[start..end]
 }
 
 /// A cookie value as the key: quotes removed, as Django does. A comma may be a join of two

@@ -258,6 +258,14 @@ fn cookie_values_the_backend_reads_otherwise_are_ambiguous() {
     let mut p = req("/", &[]);
     p.headers.insert(header::COOKIE, HeaderValue::from_bytes(b"j=1;\xa0k=a").unwrap());
     assert_eq!(ambiguous(&["cookie:k"], &p), Ambiguity::NonAsciiCookie);
+    p.headers.insert(header::COOKIE, HeaderValue::from_bytes(b"j=1; k\xc2\xa0 =a").unwrap());
+    assert_eq!(ambiguous(&["cookie:k"], &p), Ambiguity::NonAsciiCookie);
+    // Bytes outside ASCII elsewhere in the line do not matter.
+    p.headers.insert(header::COOKIE, HeaderValue::from_bytes(b"k=a; pref=\xc3\xa9; kk\xa0=b").unwrap());
+    assert_eq!(key(&["cookie:k"], &p).unwrap().unwrap().0, "a");
+    // ... nor in the value, where they are an invalid key.
+    p.headers.insert(header::COOKIE, HeaderValue::from_bytes(b"k=a\xc2\xa0").unwrap());
+    assert_eq!(bad(&["cookie:k"], &p), KeyProblem::NotVisibleAscii);
     // Outside quotes, a backslash is a character like any other, to Django too.
     let p = req("/", &[("cookie", "k=a\\b")]);
     assert_eq!(key(&["cookie:k"], &p).unwrap().unwrap().0, "a\\b");
