@@ -45,40 +45,52 @@ fn decode_value(raw: &str) -> Result<Cow<'_, str>, Refusal> {
 /// into one comma-separated value, and Django's servers do, so `a,b` and two lines are the same
 /// request; a key with a comma travels percent-encoded (`%2C`).
 fn header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a str>, Refusal> {
+    let names = scan_names(headers, name);
+    if names.twin {
+        return Err(Refusal::Ambiguous(Ambiguity::UnderscoreTwin));
+    }
     let mut lines = headers.get_all(name).iter();
-    let Some(value) = lines.next() else {
-        return match has_underscore_twin(headers, name) {
-            true => Err(Refusal::Ambiguous(Ambiguity::UnderscoreTwin)),
-            false => Ok(None),
-        };
-    };
+    let Some(value) = lines.next() else { return Ok(None) };
     if lines.next().is_some() || value.as_bytes().contains(&b',') {
         return Err(Refusal::Ambiguous(Ambiguity::TwoHeaders));
     }
-    if has_underscore_twin(headers, name) {
-        return Err(Refusal::Ambiguous(Ambiguity::UnderscoreTwin));
-    }
     let value = value.to_str().map_err(|_| Refusal::Bad(KeyProblem::NotVisibleAscii))?.trim();
-    if !value.is_empty() && named_in_connection(headers, name.as_str()) {
+    if names.connection && named_in_connection(headers, name.as_str()) {
         return Err(Refusal::Ambiguous(Ambiguity::HopByHop));
     }
     Ok(Some(value))
 }
 
-/// Whether another header is `name` with `_` for some `-` (or the reverse): CGI-style servers
-/// (WSGI, Django's ASGI handler) map both to one `HTTP_X_ROOM`.
-fn has_underscore_twin(headers: &HeaderMap, name: &HeaderName) -> bool {
+/// What the header names tell about a key header, in one pass over them (a request has a few,
+/// and a pass costs less than a second lookup).
+struct Names {
+    /// Another header is the key header's name with `_` for some `-` (or the reverse): CGI-style
+    /// servers (WSGI, Django's ASGI handler) map both to one `HTTP_X_ROOM`.
+    twin: bool,
+    /// There is a `Connection` header.
+    connection: bool,
+}
+
+fn scan_names(headers: &HeaderMap, name: &HeaderName) -> Names {
     let name = name.as_str().as_bytes();
-    if !name.iter().any(|&b| b == b'-' || b == b'_') {
-        return false;
-    }
+    let may_have_twin = name.iter().any(|&b| b == b'-' || b == b'_');
     let dash = |b: &u8| *b == b'-' || *b == b'_';
-    headers.keys().any(|other| {
+    let mut names = Names { twin: false, connection: false };
+    for other in headers.keys() {
+        if other == header::CONNECTION {
+            names.connection = true;
+            continue;
+        }
         let other = other.as_str().as_bytes();
-        other.len() == name.len()
+        if may_have_twin
+            && other.len() == name.len()
             && other != name
             && other.iter().zip(name).all(|(a, b)| a == b || (dash(a) && dash(b)))
-    })
+        {
+            names.twin = true;
+        }
+    }
+    names
 }
 
 /// Whether a `Connection` header names `carrier` (the hop-by-hop rule removes it on the way).
