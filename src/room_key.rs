@@ -139,8 +139,9 @@ pub struct SourceParseError {
 /// it is never placed, and later sources are not consulted, so a bad key cannot be silently
 /// replaced by another one.
 pub fn extract<'a>(sources: &[KeySource], req: &RequestView<'a>) -> Result<Option<Found<'a>>, ExtractError> {
+    let mut head = read::Head::default();
     for (index, source) in sources.iter().enumerate() {
-        let key = match read::key(source, req) {
+        let key = match read::key(source, req, &mut head) {
             Ok(Some(key)) => key,
             Ok(None) => continue,
             Err(Refusal::Bad(why)) => return Err(KeyError { source_desc: source.to_string(), why }.into()),

@@ -20,18 +20,33 @@ pub(super) enum Refusal {
 
 type Read<'a> = Result<Option<Cow<'a, str>>, Refusal>;
 
+/// What several sources need to know of the request head, found at most once per request.
+#[derive(Default)]
+pub(super) struct Head {
+    /// Whether there is a `Connection` header, once known.
+    connection: Option<bool>,
+}
+
+impl Head {
+    /// Whether `Connection` names `carrier` (the hop-by-hop rule removes it on the way).
+    fn names_in_connection(&mut self, headers: &HeaderMap, carrier: &str) -> bool {
+        *self.connection.get_or_insert_with(|| headers.contains_key(header::CONNECTION))
+            && named_in_connection(headers, carrier)
+    }
+}
+
 /// The decoded (not yet validated) key `source` finds in the request; `Ok(None)` when it carries
 /// none, or only an empty one.
-pub(super) fn key<'a>(source: &KeySource, req: &RequestView<'a>) -> Read<'a> {
+pub(super) fn key<'a>(source: &KeySource, req: &RequestView<'a>, head: &mut Head) -> Read<'a> {
     let found = match source {
-        KeySource::Header(name) => header(req.headers, name)?.map(decode_value).transpose()?,
-        KeySource::Cookie(name) => cookie(req.headers, name)?.map(decode_value).transpose()?,
+        KeySource::Header(name) => header(req.headers, name, head)?,
+        KeySource::Cookie(name) => cookie(req.headers, name, head)?.map(decode_value).transpose()?,
         KeySource::Query(name) => match req.uri.query() {
             Some(query) => query_param(query, name)?.map(|v| decode::form(v).map_err(Refusal::Bad)).transpose()?,
             None => None,
         },
         KeySource::Path(re) => path(re, req.uri.path())?,
-        KeySource::Host(re) => host(req)?.and_then(|host| capture_room(re, host)).map(Cow::Borrowed),
+        KeySource::Host(re) => host(req, head)?.and_then(|host| capture_room(re, host)).map(Cow::Borrowed),
         KeySource::Djust(_) => None,
     };
     Ok(found.filter(|key| !key.is_empty()))
@@ -44,21 +59,35 @@ fn decode_value(raw: &str) -> Result<Cow<'_, str>, Refusal> {
 /// A key header: exactly one line, no list. RFC 9110 (section 5.3) lets any hop join two lines
 /// into one comma-separated value, and Django's servers do, so `a,b` and two lines are the same
 /// request; a key with a comma travels percent-encoded (`%2C`).
-fn header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a str>, Refusal> {
+fn header<'a>(headers: &'a HeaderMap, name: &HeaderName, head: &mut Head) -> Read<'a> {
     let names = scan_names(headers, name);
+    head.connection = Some(names.connection);
     if names.twin {
         return Err(Refusal::Ambiguous(Ambiguity::UnderscoreTwin));
     }
     let mut lines = headers.get_all(name).iter();
     let Some(value) = lines.next() else { return Ok(None) };
-    if lines.next().is_some() || value.as_bytes().contains(&b',') {
+    if lines.next().is_some() {
         return Err(Refusal::Ambiguous(Ambiguity::TwoHeaders));
     }
-    let value = value.to_str().map_err(|_| Refusal::Bad(KeyProblem::NotVisibleAscii))?.trim();
-    if names.connection && named_in_connection(headers, name.as_str()) {
+    // One pass over the value: text (as `HeaderValue::to_str` has it), no list, any `%`.
+    let mut percent = false;
+    for &b in value.as_bytes() {
+        match b {
+            b',' => return Err(Refusal::Ambiguous(Ambiguity::TwoHeaders)),
+            b'%' => percent = true,
+            b'\t' | b' '..=b'~' => {}
+            _ => return Err(Refusal::Bad(KeyProblem::NotVisibleAscii)),
+        }
+    }
+    let text = std::str::from_utf8(value.as_bytes()).map_err(|_| Refusal::Bad(KeyProblem::NotVisibleAscii))?.trim();
+    if head.names_in_connection(headers, name.as_str()) {
         return Err(Refusal::Ambiguous(Ambiguity::HopByHop));
     }
-    Ok(Some(value))
+    match percent {
+        true => decode_value(text).map(Some),
+        false => Ok(Some(Cow::Borrowed(text))),
+    }
 }
 
 /// What the header names tell about a key header, in one pass over them (a request has a few,
@@ -93,7 +122,6 @@ fn scan_names(headers: &HeaderMap, name: &HeaderName) -> Names {
     names
 }
 
-/// Whether a `Connection` header names `carrier` (the hop-by-hop rule removes it on the way).
 fn named_in_connection(headers: &HeaderMap, carrier: &str) -> bool {
     headers.get_all(header::CONNECTION).iter().any(|line| {
         line.as_bytes().split(|&b| b == b',').any(|token| token.trim_ascii().eq_ignore_ascii_case(carrier.as_bytes()))
@@ -103,7 +131,7 @@ fn named_in_connection(headers: &HeaderMap, carrier: &str) -> bool {
 /// The key cookie, read as Django's `parse_cookie` reads it: pairs split on `;`, name and value
 /// trimmed, the last of two with one name wins there, so two are refused here; likewise across
 /// several `Cookie` lines.
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Refusal> {
+fn cookie<'a>(headers: &'a HeaderMap, name: &str, head: &mut Head) -> Result<Option<&'a str>, Refusal> {
     let mut found: Option<&'a [u8]> = None;
     for line in headers.get_all(header::COOKIE) {
         let bytes = line.as_bytes();
@@ -128,7 +156,7 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Ref
         }
     }
     let Some(value) = found else { return Ok(None) };
-    if named_in_connection(headers, "cookie") {
+    if head.names_in_connection(headers, "cookie") {
         return Err(Refusal::Ambiguous(Ambiguity::HopByHop));
     }
     // Bytes outside ASCII are not a valid key anyway.
@@ -178,8 +206,13 @@ fn query_param<'a>(query: &'a str, name: &str) -> Result<Option<&'a str>, Refusa
 /// The room in the path as the backend routes it: the regex runs on the path decoded once, as
 /// Django's URL patterns do.
 fn path<'a>(re: &Regex, raw: &'a str) -> Read<'a> {
-    let decoded = decode::path(raw)?;
-    if decode::has_dot_segment(&decoded) {
+    // One pass finds what needs a closer look; most paths have neither.
+    let (percent, dot) = raw.bytes().fold((false, false), |(p, d), b| (p || b == b'%', d || b == b'.'));
+    let decoded = match percent {
+        true => decode::path(raw)?,
+        false => Cow::Borrowed(raw),
+    };
+    if (percent || dot) && decode::has_dot_segment(&decoded) {
         return Err(Refusal::Ambiguous(Ambiguity::DotSegment));
     }
     Ok(match decoded {
@@ -192,7 +225,7 @@ fn path<'a>(re: &Regex, raw: &'a str) -> Read<'a> {
 /// absolute-form target (`GET http://a.example/`) or HTTP/2's `:authority` carries it in the URI,
 /// and roomgate forwards the `Host` header as is, or the `:authority` when there is none. Two
 /// that disagree are refused.
-fn host<'a>(req: &RequestView<'a>) -> Result<Option<&'a str>, Refusal> {
+fn host<'a>(req: &RequestView<'a>, head: &mut Head) -> Result<Option<&'a str>, Refusal> {
     let mut lines = req.headers.get_all(header::HOST).iter();
     let line = lines.next();
     if lines.next().is_some() {
@@ -214,7 +247,7 @@ fn host<'a>(req: &RequestView<'a>) -> Result<Option<&'a str>, Refusal> {
         (Some(authority), None) => authority.host(),
         (None, None) => return Ok(None),
     };
-    if named_in_connection(req.headers, "host") {
+    if head.names_in_connection(req.headers, "host") {
         return Err(Refusal::Ambiguous(Ambiguity::HopByHop));
     }
     Ok(Some(found))
