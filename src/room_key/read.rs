@@ -70,17 +70,17 @@ fn header<'a>(headers: &'a HeaderMap, name: &HeaderName, head: &mut Head) -> Rea
     if lines.next().is_some() {
         return Err(Refusal::Ambiguous(Ambiguity::TwoHeaders));
     }
-    // One pass over the value: text (as `HeaderValue::to_str` has it), no list, any `%`.
-    let mut percent = false;
-    for &b in value.as_bytes() {
-        match b {
-            b',' => return Err(Refusal::Ambiguous(Ambiguity::TwoHeaders)),
-            b'%' => percent = true,
-            b'\t' | b' '..=b'~' => {}
-            _ => return Err(Refusal::Bad(KeyProblem::NotVisibleAscii)),
-        }
+    let text = value.to_str().map_err(|_| Refusal::Bad(KeyProblem::NotVisibleAscii))?;
+    // One pass for both, without branches: most values have neither.
+    let (comma, percent) = text.bytes().fold((false, false), |(c, p), b| (c | (b == b','), p | (b == b'%')));
+    if comma {
+        return Err(Refusal::Ambiguous(Ambiguity::TwoHeaders));
     }
-    let text = std::str::from_utf8(value.as_bytes()).map_err(|_| Refusal::Bad(KeyProblem::NotVisibleAscii))?.trim();
+    // hyper trims values it parses; one built otherwise may still have spaces around it.
+    let text = match text.starts_with([' ', '\t']) || text.ends_with([' ', '\t']) {
+        true => text.trim_matches([' ', '\t']),
+        false => text,
+    };
     if head.names_in_connection(headers, name.as_str()) {
         return Err(Refusal::Ambiguous(Ambiguity::HopByHop));
     }
@@ -207,7 +207,7 @@ fn query_param<'a>(query: &'a str, name: &str) -> Result<Option<&'a str>, Refusa
 /// Django's URL patterns do.
 fn path<'a>(re: &Regex, raw: &'a str) -> Read<'a> {
     // One pass finds what needs a closer look; most paths have neither.
-    let (percent, dot) = raw.bytes().fold((false, false), |(p, d), b| (p || b == b'%', d || b == b'.'));
+    let (percent, dot) = raw.bytes().fold((false, false), |(p, d), b| (p | (b == b'%'), d | (b == b'.')));
     let decoded = match percent {
         true => decode::path(raw)?,
         false => Cow::Borrowed(raw),
