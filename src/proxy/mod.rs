@@ -35,7 +35,7 @@ use crate::error::{BackendError, ClientError, ProxyError, respond};
 use crate::limits::{self, Admission, Held, Holds};
 use crate::metrics::{Metrics, RequestLabels};
 use crate::relay::{CLOSE_SERVICE_RESTART, TunnelOptions, Tunnels};
-use crate::room_key::{self, RequestView};
+use crate::room_key::{self, ExtractError, RequestView};
 use crate::snapshot::Snapshot;
 
 /// Everything the request path shares: the current snapshot, the room directory, the upstream
@@ -299,7 +299,11 @@ impl Gateway {
             return shared();
         }
         let view = RequestView { uri: req.uri(), headers: req.headers() };
-        let Some(found) = room_key::extract(&route.keys, &view).map_err(ClientError::BadKey)? else {
+        let found = room_key::extract(&route.keys, &view).map_err(|e| match e {
+            ExtractError::Bad(e) => ClientError::BadKey(e),
+            ambiguous @ ExtractError::Ambiguous { .. } => ClientError::Ambiguous(ambiguous.to_string()),
+        })?;
+        let Some(found) = found else {
             if route.djust().is_some() && headers::is_websocket_upgrade(req.headers()) {
                 return Ok(None);
             }
