@@ -266,3 +266,20 @@ async fn paths_are_read_as_the_backend_routes_them() {
     assert_eq!(raw(&s.proxy, &["GET /room/aA/ HTTP/1.1", HOST]).await, answer);
     s.proxy.shutdown().await;
 }
+
+/// Routes match the raw path; a path whose decoding matches another route would reach a room's
+/// page through the shared pool (Django routes `/r%6Fom/a/` to the room view): refused.
+#[tokio::test]
+async fn a_path_that_decodes_to_another_route_is_refused() {
+    let s = setup().await;
+    for target in ["/r%6Fom/a/", "/%72oom/a/", "/ws/l%69ve/?room=a"] {
+        s.assert_refused(target, raw(&s.proxy, &[&format!("GET {target} HTTP/1.1"), HOST]).await);
+    }
+    s.assert_untouched().await;
+    // Encodings that keep the route are served: the shared pool, and a room's own route.
+    let (status, _) = raw(&s.proxy, &["GET /static/a%20b.png HTTP/1.1", HOST]).await;
+    assert_eq!(status, 200);
+    let answer = raw(&s.proxy, &["GET /room/%61/ HTTP/1.1", HOST]).await;
+    s.assert_placed("an encoded key in the room's route", answer, "a").await;
+    s.proxy.shutdown().await;
+}

@@ -174,7 +174,7 @@ impl Gateway {
         }
         let forwarded = (self.admission.admit_forwarded(client.ip(), req.headers(), config))
             .map_err(|e| limits::refused(&self.metrics, e, &client))?;
-        let (route_index, route) = config.route_for(req.uri().path()).ok_or(ClientError::NoRoute)?;
+        let (route_index, route) = route(config, req.uri().path())?;
         *route_label = snap.route_labels[route_index].clone();
         let secure = is_secure(&req, conn, config);
         let Some(target) = self.choose(snap, route, &req, secure).await? else {
@@ -422,6 +422,20 @@ fn check_head(req: &Request<Incoming>, config: &Config) -> Result<(), ClientErro
         return Err(ClientError::HeadTooLarge { size, limit: limits.max_request_head });
     }
     Ok(())
+}
+
+/// The route for `path`. Routes match the raw path, but the backend routes on the decoded one: a
+/// path whose decoding would match another route (`/r%6Fom/a/` for a `/room/` route) is refused,
+/// or it could reach a room's page on a backend that does not own the room.
+fn route<'c>(config: &'c Config, path: &str) -> Result<(usize, &'c Route), ClientError> {
+    let found = config.route_for(path).ok_or(ClientError::NoRoute)?;
+    if path.contains('%') {
+        let decoded = crate::djust::unquote(path);
+        if config.route_for(&decoded).map(|(i, _)| i) != Some(found.0) {
+            return Err(ClientError::Ambiguous("the path decodes to another route's prefix".to_owned()));
+        }
+    }
+    Ok(found)
 }
 
 /// Whether the client reached us over TLS: on a TLS listener, or through a trusted proxy that
