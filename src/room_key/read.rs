@@ -29,6 +29,7 @@ pub(super) struct Head {
 
 impl Head {
     /// Whether `Connection` names `carrier` (the hop-by-hop rule removes it on the way).
+    #[inline]
     fn names_in_connection(&mut self, headers: &HeaderMap, carrier: &str) -> bool {
         *self.connection.get_or_insert_with(|| headers.contains_key(header::CONNECTION))
             && named_in_connection(headers, carrier)
@@ -81,7 +82,7 @@ fn header<'a>(headers: &'a HeaderMap, name: &HeaderName, head: &mut Head) -> Rea
         true => text.trim_matches([' ', '\t']),
         false => text,
     };
-    if head.names_in_connection(headers, name.as_str()) {
+    if names.connection && named_in_connection(headers, name.as_str()) {
         return Err(Refusal::Ambiguous(Ambiguity::HopByHop));
     }
     match percent {
@@ -106,12 +107,10 @@ fn scan_names(headers: &HeaderMap, name: &HeaderName) -> Names {
     let dash = |b: &u8| *b == b'-' || *b == b'_';
     let mut names = Names { twin: false, connection: false };
     for other in headers.keys() {
-        if other == header::CONNECTION {
-            names.connection = true;
-            continue;
-        }
         let other = other.as_str().as_bytes();
-        if may_have_twin
+        if other == b"connection" {
+            names.connection = true;
+        } else if may_have_twin
             && other.len() == name.len()
             && other != name
             && other.iter().zip(name).all(|(a, b)| a == b || (dash(a) && dash(b)))
