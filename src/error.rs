@@ -45,6 +45,10 @@ pub enum ClientError {
     TooManyHeaders { count: usize, limit: usize },
     #[error("invalid WebSocket handshake: {0}")]
     BadHandshake(&'static str),
+    /// A request head HTTP forbids (RFC 9112 section 3.2: one Host, and one in every HTTP/1.1
+    /// request); the backend and roomgate could read it differently.
+    #[error("malformed request: {0}")]
+    BadHead(&'static str),
     #[error("no first WebSocket message within {0:?}")]
     FirstMessageTimeout(Duration),
     #[error("first WebSocket message is over {0} bytes")]
@@ -105,6 +109,7 @@ impl ProxyError {
                 ClientError::MissingKey { .. }
                 | ClientError::BadKey(_)
                 | ClientError::BadHandshake(_)
+                | ClientError::BadHead(_)
                 | ClientError::Ambiguous(_)
                 | ClientError::Body(BodyProblem::Malformed | BodyProblem::Incomplete),
             ) => StatusCode::BAD_REQUEST,

@@ -410,7 +410,8 @@ fn prepare_forward(parts: &mut Parts, conn: Conn, config: &Config) {
     headers::set_forwarded(&mut parts.headers, conn.client.ip(), trusted, conn.scheme.as_str());
 }
 
-/// Request heads over the configured limits get 431 (hyper itself cuts heads far over it).
+/// Request heads over the configured limits get 431 (hyper itself cuts heads far over it); two
+/// Host headers, or none in an HTTP/1.1 request, 400.
 fn check_head(req: &Request<Incoming>, config: &Config) -> Result<(), ClientError> {
     let limits = &config.limits;
     let count = req.headers().len();
@@ -420,6 +421,12 @@ fn check_head(req: &Request<Incoming>, config: &Config) -> Result<(), ClientErro
     let size = headers::request_head_size(req.method(), req.uri(), req.headers());
     if size > limits.max_request_head {
         return Err(ClientError::HeadTooLarge { size, limit: limits.max_request_head });
+    }
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (_, Some(_)) => return Err(ClientError::BadHead("two Host headers")),
+        (None, None) if req.version() == Version::HTTP_11 => return Err(ClientError::BadHead("no Host header")),
+        _ => {}
     }
     Ok(())
 }
