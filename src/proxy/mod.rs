@@ -4,6 +4,7 @@
 
 mod access;
 mod body;
+mod checks;
 mod djust;
 pub mod headers;
 mod http;
@@ -25,6 +26,7 @@ pub use access::AccessRecord;
 pub use body::ResponseBody;
 pub use upload::RequestBody;
 
+use self::checks::{check_handshake, check_head, route};
 use self::http::Upstream;
 use self::upgrade::TunnelSpec;
 use self::upload::Deadlines;
@@ -410,60 +412,12 @@ fn prepare_forward(parts: &mut Parts, conn: Conn, config: &Config) {
     headers::set_forwarded(&mut parts.headers, conn.client.ip(), trusted, conn.scheme.as_str());
 }
 
-/// Request heads over the configured limits get 431 (hyper itself cuts heads far over it); two
-/// Host headers, or none in an HTTP/1.1 request, 400.
-fn check_head(req: &Request<Incoming>, config: &Config) -> Result<(), ClientError> {
-    let limits = &config.limits;
-    let count = req.headers().len();
-    if count > limits.max_headers {
-        return Err(ClientError::TooManyHeaders { count, limit: limits.max_headers });
-    }
-    let size = headers::request_head_size(req.method(), req.uri(), req.headers());
-    if size > limits.max_request_head {
-        return Err(ClientError::HeadTooLarge { size, limit: limits.max_request_head });
-    }
-    let mut hosts = req.headers().get_all(header::HOST).iter();
-    match (hosts.next(), hosts.next()) {
-        (_, Some(_)) => return Err(ClientError::BadHead("two Host headers")),
-        (None, None) if req.version() == Version::HTTP_11 => return Err(ClientError::BadHead("no Host header")),
-        _ => {}
-    }
-    Ok(())
-}
-
-/// The route for `path`. Routes match the raw path, but the backend routes on the decoded one: a
-/// path whose decoding would match another route (`/r%6Fom/a/` for a `/room/` route) is refused,
-/// or it could reach a room's page on a backend that does not own the room.
-fn route<'c>(config: &'c Config, path: &str) -> Result<(usize, &'c Route), ClientError> {
-    let found = config.route_for(path).ok_or(ClientError::NoRoute)?;
-    if path.contains('%') {
-        let decoded = crate::djust::unquote(path);
-        if config.route_for(&decoded).map(|(i, _)| i) != Some(found.0) {
-            return Err(ClientError::Ambiguous("the path decodes to another route's prefix".to_owned()));
-        }
-    }
-    Ok(found)
-}
-
 /// Whether the client reached us over TLS: on a TLS listener, or through a trusted proxy that
 /// says so in `X-Forwarded-Proto`.
 fn is_secure(req: &Request<Incoming>, conn: Conn, config: &Config) -> bool {
     conn.scheme == Scheme::Https
         || (req.headers().get(&headers::X_FORWARDED_PROTO).is_some_and(|p| p.as_bytes().eq_ignore_ascii_case(b"https"))
             && headers::is_trusted(conn.client.ip(), &config.server.trusted_proxies))
-}
-
-/// A WebSocket handshake is a GET with no body (RFC 6455 section 4.1). One that announces a body
-/// would hold the backend's connection waiting for bytes that never come.
-fn check_handshake(req: &Request<Incoming>) -> Result<(), ClientError> {
-    if req.method() != ::http::Method::GET {
-        return Err(ClientError::BadHandshake("a WebSocket handshake must be a GET"));
-    }
-    let h = req.headers();
-    if h.contains_key(header::TRANSFER_ENCODING) || h.get_all(header::CONTENT_LENGTH).iter().any(|v| v != "0") {
-        return Err(ClientError::BadHandshake("a WebSocket handshake carries no body"));
-    }
-    Ok(())
 }
 
 /// `Set-Cookie` for the affinity cookie, unless the request already carries the same value.
