@@ -338,7 +338,7 @@ impl Control {
             if let Some(report) = report {
                 self.apply_fleet_drains(&report.drains, refresh);
                 for (room, from, to) in report.moved {
-                    let closed = self.gateway.tunnels.close_room(&room, &from, crate::relay::CLOSE_SERVICE_RESTART);
+                    let closed = self.gateway.close_moved(&room, &from);
                     tracing::warn!(room, from = %from, to = %to, sockets_closed = closed, "the fleet holds this room on another backend: its sockets here move there");
                     if snap.backend(&to).is_none() {
                         tracing::error!(room, owner = %to, "the fleet's owner of a room is not in this replica's config");

@@ -99,6 +99,10 @@ pub enum BackendError {
     /// websocket`, a wrong `Sec-WebSocket-Accept`), or a plain request with a 101.
     #[error("backend {backend} sent an invalid upgrade: {why}")]
     BadUpgrade { backend: String, why: &'static str },
+    /// The room is moving and the fleet has not let its new owner take members within the
+    /// longest wait (a replica's claim on the old owner neither released nor expired).
+    #[error("room {room} still moving after {waited:?}")]
+    RoomMoving { room: String, waited: Duration },
 }
 
 impl ProxyError {
@@ -121,7 +125,9 @@ impl ProxyError {
             ProxyError::Client(ClientError::HeadTooLarge { .. } | ClientError::TooManyHeaders { .. }) => {
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
             }
-            ProxyError::Backend(BackendError::NoBackends) => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::Backend(BackendError::NoBackends | BackendError::RoomMoving { .. }) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ProxyError::Backend(
                 BackendError::Connect { .. } | BackendError::Failed { .. } | BackendError::BadUpgrade { .. },
             ) => StatusCode::BAD_GATEWAY,
@@ -136,6 +142,7 @@ impl ProxyError {
         match self {
             ProxyError::Client(e) => e.to_string(),
             ProxyError::Backend(BackendError::NoBackends) => "no backend is available".to_owned(),
+            ProxyError::Backend(BackendError::RoomMoving { .. }) => "the room is moving; retry shortly".to_owned(),
             ProxyError::Backend(BackendError::Connect { .. }) => "the backend could not be reached".to_owned(),
             ProxyError::Backend(BackendError::Failed { .. } | BackendError::BadUpgrade { .. }) => {
                 "the backend failed to answer".to_owned()
@@ -200,7 +207,7 @@ pub fn respond(err: &ProxyError) -> Response<Bytes> {
         ) => {
             headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
-        ProxyError::Limit(_) => {
+        ProxyError::Limit(_) | ProxyError::Backend(BackendError::RoomMoving { .. }) => {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
         }
         _ => {}

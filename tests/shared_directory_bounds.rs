@@ -63,6 +63,7 @@ fn calls(d: &RedisDirectory, op: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_replica_writes_no_new_record_but_follows_recorded_ones() {
     let redis = Redis::start().await;
+    redis.mark_in_use().await;
     let d = directory(&redis, "A", MemoryDirectory::with_cap(100, Default::default()));
     assert!(d.sync(&me()).await.is_some());
     let _: () = redis::cmd("SET")
@@ -72,7 +73,7 @@ async fn a_full_replica_writes_no_new_record_but_follows_recorded_ones() {
         .await
         .unwrap();
     for i in 0..150 {
-        let p = d.place_if_absent(&format!("r{i}"), &id("b0")).await;
+        let p = d.place_if_absent(&format!("r{i}"), &id("b0"), false).await;
         assert_eq!(&*p.owner, "b0");
     }
     assert_eq!(keys(&redis, "roomgate:room:r*").await, 100, "no record written past the cap");
@@ -80,11 +81,11 @@ async fn a_full_replica_writes_no_new_record_but_follows_recorded_ones() {
     assert_eq!(d.status()["over_cap"], 50, "{}", d.status());
 
     // A room recorded by another replica is still followed, though not recorded here.
-    assert_eq!(&*d.place_if_absent("elsewhere", &id("b0")).await.owner, "b1");
+    assert_eq!(&*d.place_if_absent("elsewhere", &id("b0"), false).await.owner, "b1");
     assert!(d.get("elsewhere").is_none());
 
     // A socket past the cap: recorded here, and published with the full TTL at the next sync.
-    let p = d.place_if_absent("live", &id("b0")).await;
+    let p = d.place_if_absent("live", &id("b0"), false).await;
     assert_eq!(pttl(&redis, "live").await, -2, "placed past the cap: nothing written");
     assert!(d.enter("live", &p.owner, Use::Socket), "a socket is always counted");
     assert!(d.sync(&me()).await.is_some());
@@ -96,21 +97,22 @@ async fn a_full_replica_writes_no_new_record_but_follows_recorded_ones() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_records_expire_soon_unless_their_room_gets_a_socket() {
     let mut redis = Redis::start().await;
+    redis.mark_in_use().await;
     let d = directory(&redis, "A", MemoryDirectory::new());
     assert!(d.sync(&me()).await.is_some());
     let short = TTL_UNUSED.as_millis() as i64;
 
-    d.place_if_absent("unused", &id("b0")).await;
+    d.place_if_absent("unused", &id("b0"), false).await;
     let left = pttl(&redis, "unused").await;
     assert!((1..=short).contains(&left), "a new room's record: {left} ms left");
 
     // A socket that opens and closes between two syncs: no refresh ever sees it live, yet its
     // room's record gets the full TTL.
-    let p = d.place_if_absent("brief", &id("b0")).await;
+    let p = d.place_if_absent("brief", &id("b0"), false).await;
     assert!(d.enter("brief", &p.owner, Use::Socket));
     d.leave("brief", &p.owner, Use::Socket);
     // The same, but another replica moves the room before the sync: its record is left alone.
-    let p = d.place_if_absent("moved", &id("b0")).await;
+    let p = d.place_if_absent("moved", &id("b0"), false).await;
     assert!(d.enter("moved", &p.owner, Use::Socket));
     d.leave("moved", &p.owner, Use::Socket);
     let _: () = redis::cmd("SET")
@@ -131,7 +133,7 @@ async fn new_records_expire_soon_unless_their_room_gets_a_socket() {
     assert!(unused <= short, "still short: {unused} ms");
 
     // Redis away at the sync: the queued room is dropped; nothing is created when it returns.
-    let p = d.place_if_absent("lost", &id("b0")).await;
+    let p = d.place_if_absent("lost", &id("b0"), false).await;
     assert!(d.enter("lost", &p.owner, Use::Socket));
     d.leave("lost", &p.owner, Use::Socket);
     redis.stop().await;
@@ -151,17 +153,18 @@ async fn new_records_expire_soon_unless_their_room_gets_a_socket() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_idle_room_leaves_held_even_thousands_at_once() {
     let redis = Redis::start().await;
+    redis.mark_in_use().await;
     let a = directory(&redis, "A", MemoryDirectory::new());
     let b = directory(&redis, "B", MemoryDirectory::new());
     assert!(a.sync(&me()).await.is_some() && b.sync(&me()).await.is_some());
     let rooms: Vec<String> = (0..2600).map(|i| format!("idle{i}")).collect();
     for room in &rooms {
-        let p = a.place_if_absent(room, &id("b0")).await;
+        let p = a.place_if_absent(room, &id("b0"), false).await;
         assert!(a.enter(room, &p.owner, Use::Request));
     }
     assert!(a.sync(&me()).await.is_some());
     assert_eq!(held(&redis, "A").await, 2600);
-    assert!(b.place_if_absent("idle2599", &id("b1")).await.live, "held live by A");
+    assert!(b.place_if_absent("idle2599", &id("b1"), false).await.live, "held live by A");
 
     for room in &rooms {
         a.leave(room, "b0", Use::Request);
@@ -170,7 +173,7 @@ async fn every_idle_room_leaves_held_even_thousands_at_once() {
     assert!(a.sync(&me()).await.is_some());
     assert_eq!(held(&redis, "A").await, 0, "every idle room removed at once");
     assert_eq!(calls(&a, "refresh"), refreshes + 2, "2,600 removals in two script calls");
-    let p = b.place_if_absent("idle2599", &id("b1")).await;
+    let p = b.place_if_absent("idle2599", &id("b1"), false).await;
     assert_eq!((&*p.owner, p.live), ("b0", false), "recorded, no longer live");
     assert!(a.sync(&me()).await.is_some());
     assert_eq!(calls(&a, "refresh"), refreshes + 2, "nothing left to remove: no call");
@@ -186,6 +189,7 @@ async fn syncs(proxy: &Proxy, n: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_password_file_opens_redis_and_a_wrong_one_is_an_outage() {
     let redis = Redis::start_with(Some("correct-horse-battery-staple")).await;
+    redis.mark_in_use().await;
     let backends = backends(2).await;
     let secrets = tempfile::tempdir().unwrap();
     let replica = |name: &str, password: Option<&str>| {

@@ -2,12 +2,12 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
 
 use super::cap::{Cap, DEFAULT_MAX_ROOMS};
-use super::{BoxFuture, Placement, Retention, RoomDirectory, RoomInfo, Use};
+use super::{BoxFuture, Placement, Reassigned, Retention, RoomDirectory, RoomInfo, Use};
 
 const SHARDS: usize = 64;
 
@@ -19,6 +19,8 @@ pub struct LiveEntry {
     pub version: u64,
     /// Open sockets plus requests in flight, on this replica.
     pub connections: u32,
+    /// Open sockets, on this replica.
+    pub sockets: u32,
 }
 
 /// Rooms in 64 shards, each behind its own lock, so requests for different rooms rarely wait on
@@ -99,11 +101,11 @@ impl MemoryDirectory {
     /// `candidate` unrecorded.
     pub fn place_local(&self, key: &str, candidate: &Arc<str>) -> Placement {
         let placed = self.with_entry(&mut self.shard(key), key, candidate, Some(Instant::now()), false, |e| {
-            Placement { owner: e.owner.clone(), live: e.connections() > 0 }
+            Placement { owner: e.owner.clone(), live: e.connections() > 0, wait: Duration::ZERO }
         });
         placed.unwrap_or_else(|| {
             self.cap.refuse();
-            Placement { owner: candidate.clone(), live: false }
+            Placement { owner: candidate.clone(), live: false, wait: Duration::ZERO }
         })
     }
 
@@ -132,6 +134,20 @@ impl MemoryDirectory {
         let shard = self.shard(key);
         let e = shard.get(key)?;
         (!live_only || e.connections() > 0).then(|| e.owner.clone())
+    }
+
+    /// The owner, if the room has sockets or requests on it here: connections on an earlier
+    /// owner, still closing after a move, do not count (the fleet decides when the new owner
+    /// takes members).
+    pub fn owner_settled(&self, key: &str) -> Option<Arc<str>> {
+        let shard = self.shard(key);
+        let e = shard.get(key)?;
+        (e.sockets + e.requests > 0).then(|| e.owner.clone())
+    }
+
+    /// The room's version here, if it is recorded.
+    pub fn version_of(&self, key: &str) -> Option<u64> {
+        self.shard(key).get(key).map(|e| e.version)
     }
 
     /// Takes `owner` as the room's owner, learned from elsewhere: recorded for a new room,
@@ -192,7 +208,8 @@ impl MemoryDirectory {
         self.each(|k, e| {
             if e.sockets + e.requests > 0 {
                 let connections = e.sockets + e.requests;
-                out.push(LiveEntry { key: k.to_owned(), owner: e.owner.clone(), version: e.version, connections });
+                let (owner, version, sockets) = (e.owner.clone(), e.version, e.sockets);
+                out.push(LiveEntry { key: k.to_owned(), owner, version, connections, sockets });
             }
         });
         out
@@ -279,12 +296,13 @@ impl RoomDirectory for MemoryDirectory {
         self.shard(key).get(key).map(|e| e.owner.clone())
     }
 
-    fn place_if_absent<'a>(&'a self, key: &'a str, candidate: &'a Arc<str>) -> BoxFuture<'a, Placement> {
+    fn place_if_absent<'a>(&'a self, key: &'a str, candidate: &'a Arc<str>, _socket: bool) -> BoxFuture<'a, Placement> {
         Box::pin(std::future::ready(self.place_local(key, candidate)))
     }
 
-    fn reassign<'a>(&'a self, key: &'a str, from: &'a str, to: &'a Arc<str>) -> BoxFuture<'a, bool> {
-        Box::pin(std::future::ready(self.reassign_local(key, from, to)))
+    fn reassign<'a>(&'a self, key: &'a str, from: &'a str, to: &'a Arc<str>) -> BoxFuture<'a, Reassigned> {
+        let moved = self.reassign_local(key, from, to);
+        Box::pin(std::future::ready(if moved { Reassigned::Moved } else { Reassigned::Elsewhere }))
     }
 
     fn enter(&self, key: &str, owner: &Arc<str>, kind: Use) -> bool {

@@ -77,6 +77,21 @@ pub struct Placement {
     /// The room has connections somewhere (on this replica, or on another one that shares the
     /// directory): a draining owner keeps it.
     pub live: bool,
+    /// How long a member must wait before joining `owner` (zero: join now): a shared directory
+    /// holds joins while another replica may still have sockets of the room on another backend,
+    /// or while it rebuilds after losing its data. The caller asks again after waiting.
+    pub wait: Duration,
+}
+
+/// What [`RoomDirectory::reassign`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reassigned {
+    /// Moved (or already moved there by another replica).
+    Moved,
+    /// Another replica moved it elsewhere first: look again.
+    Elsewhere,
+    /// The shared directory takes no move now (it is being rebuilt): wait this long, look again.
+    Wait(Duration),
 }
 
 /// Room key -> owner, first writer wins.
@@ -87,11 +102,26 @@ pub trait RoomDirectory: Send + Sync + 'static {
     /// Records `candidate` as the room's owner unless it has one; resolves with the owner in force.
     /// Two callers placing the same new room at once get the same answer. Past `limits.max_rooms`
     /// a new room gets `candidate` without being recorded (counted in `rooms_over_cap`).
-    fn place_if_absent<'a>(&'a self, key: &'a str, candidate: &'a Arc<str>) -> BoxFuture<'a, Placement>;
+    /// `socket`: for a WebSocket handshake, which a shared directory records as this replica's
+    /// claim on the room before the handshake goes out.
+    fn place_if_absent<'a>(&'a self, key: &'a str, candidate: &'a Arc<str>, socket: bool) -> BoxFuture<'a, Placement>;
 
     /// Moves a room from `from` to `to` if `from` still owns it. Connections still open on `from`
     /// are being closed by the caller; they no longer count as the room's.
-    fn reassign<'a>(&'a self, key: &'a str, from: &'a str, to: &'a Arc<str>) -> BoxFuture<'a, bool>;
+    fn reassign<'a>(&'a self, key: &'a str, from: &'a str, to: &'a Arc<str>) -> BoxFuture<'a, Reassigned>;
+
+    /// The fleet's owner of a room whose socket on `owner` has just been accepted, when the fleet
+    /// records another one (the room moved while the handshake was on its way): the socket must
+    /// not be admitted. `None`: admit it. A local directory has nothing to add.
+    fn confirm<'a>(&'a self, _key: &'a str, _owner: &'a Arc<str>) -> BoxFuture<'a, Option<Arc<str>>> {
+        Box::pin(std::future::ready(None))
+    }
+
+    /// The sockets of `key` on `from` have all closed after a move: this replica's claim on the
+    /// old owner ends, and members held back by it may join the new one.
+    fn release<'a>(&'a self, _key: &'a str, _from: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(std::future::ready(()))
+    }
 
     /// Counts a connection of the room on `owner`; `false`: not counted (a request in a room
     /// that is not recorded). A socket is always counted, its room recorded even past the cap.

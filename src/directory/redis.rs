@@ -39,8 +39,11 @@ use redis::aio::ConnectionManager;
 use serde_json::Value;
 
 use self::fleet::Fleet;
-use self::scripts::{EXTEND, PLACE, REASSIGN, REFRESH};
-use super::{BoxFuture, MemoryDirectory, Placement, ReplicaState, Retention, RoomDirectory, RoomInfo, SyncReport, Use};
+use self::scripts::Scripts;
+use super::{
+    BoxFuture, MemoryDirectory, Placement, Reassigned, ReplicaState, Retention, RoomDirectory, RoomInfo, SyncReport,
+    Use,
+};
 use crate::throttle::Throttle;
 
 /// Live rooms per refresh script call.
@@ -97,13 +100,8 @@ pub struct RedisDirectory {
     fleet: Mutex<Fleet>,
     calls: Calls,
     scripts: Scripts,
-}
-
-struct Scripts {
-    place: redis::Script,
-    reassign: redis::Script,
-    refresh: redis::Script,
-    extend: redis::Script,
+    /// Until when Redis was rebuilding at the last sync (it had lost its data), for the status.
+    rebuilding_until: Mutex<Option<Instant>>,
 }
 
 /// Redis round trips by purpose, and time spent placing rooms.
@@ -114,7 +112,11 @@ struct Calls {
     reassign: AtomicU64,
     refresh: AtomicU64,
     extend: AtomicU64,
+    release: AtomicU64,
+    confirm: AtomicU64,
     sync: AtomicU64,
+    /// Heartbeats sent (not a round trip count: paces the fleet-wide room count).
+    heartbeats: AtomicU64,
     read: AtomicU64,
     errors: AtomicU64,
 }
@@ -144,12 +146,8 @@ impl RedisDirectory {
             unshared_drains: Mutex::new(Vec::new()),
             fleet: Mutex::new(Fleet::default()),
             calls: Calls::default(),
-            scripts: Scripts {
-                place: redis::Script::new(PLACE),
-                reassign: redis::Script::new(REASSIGN),
-                refresh: redis::Script::new(REFRESH),
-                extend: redis::Script::new(EXTEND),
-            },
+            scripts: Scripts::new(),
+            rebuilding_until: Mutex::new(None),
         }))
     }
 
@@ -164,6 +162,23 @@ impl RedisDirectory {
 
     fn ttl_ms(&self) -> u64 {
         self.settings.ttl.as_millis() as u64
+    }
+
+    /// How long a claim lives without being renewed: three refreshes, so that one slow or failed
+    /// sync does not end it. Renewed at every sync while the room is live here.
+    fn lease_ms(&self) -> u64 {
+        3 * self.settings.refresh.as_millis().max(1) as u64
+    }
+
+    /// How long `held:{replica}` lives without a sync: at least as long as its claims.
+    fn held_ttl_ms(&self) -> u64 {
+        self.lease_ms().max(self.ttl_ms())
+    }
+
+    /// After Redis lost its data, how long no room without a record is placed: every replica's
+    /// next sync re-asserts the rooms it holds within one refresh, plus the time a sync takes.
+    fn rebuild_window_ms(&self) -> u64 {
+        (self.settings.refresh + 4 * self.settings.timeout).as_millis() as u64
     }
 
     /// The connection, connecting first if there is none (bounded by the timeout).
@@ -279,12 +294,14 @@ impl RedisDirectory {
 
 impl RoomDirectory for RedisDirectory {
     fn owner(&self, key: &str) -> Option<Arc<str>> {
-        // A room with connections here is kept where they are (the refresh re-asserts it);
-        // anything else asks the fleet, unless the fleet is out of reach.
-        self.local.owner_if(key, self.is_up())
+        // A room with sockets or requests here is kept where they are (the refresh re-asserts
+        // it, and renews this replica's claim on it); anything else asks the fleet, unless the
+        // fleet is out of reach. Connections still closing after a move do not count: the fleet
+        // says when the new owner may take members.
+        if self.is_up() { self.local.owner_settled(key) } else { self.local.owner_if(key, false) }
     }
 
-    fn place_if_absent<'a>(&'a self, key: &'a str, candidate: &'a Arc<str>) -> BoxFuture<'a, Placement> {
+    fn place_if_absent<'a>(&'a self, key: &'a str, candidate: &'a Arc<str>, socket: bool) -> BoxFuture<'a, Placement> {
         Box::pin(async move {
             let start = Instant::now();
             let room = self.key("room:", key);
@@ -292,43 +309,100 @@ impl RoomDirectory for RedisDirectory {
             // a room known here is still written, like any other room this replica records.
             let full = self.local.is_full() && self.local.owner_if(key, false).is_none();
             let ttl = if full { 0 } else { self.settings.ttl_unused.as_millis().max(1) as u64 };
-            let prefix = &self.settings.prefix;
-            let answer: Option<(String, u64, u8)> = self
+            let lease = if socket { self.lease_ms() } else { 0 };
+            let s = &self.settings;
+            let answer: Option<(String, u64, u8, u64)> = self
                 .call(&self.calls.place, async |c| {
-                    self.scripts.place.key(&room).arg(&**candidate).arg(ttl).arg(prefix).arg(key).invoke_async(c).await
+                    let mut inv = self.scripts.place.key(&room);
+                    inv.arg(&**candidate).arg(ttl).arg(&s.prefix).arg(key).arg(&s.replica).arg(lease);
+                    inv.arg(self.rebuild_window_ms()).arg(self.held_ttl_ms()).invoke_async(c).await
                 })
                 .await;
             self.calls.place_micros.fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
             match answer {
-                Some((owner, version, live)) => {
+                Some((owner, _, _, wait)) if wait > 0 => {
+                    Placement { owner: Arc::from(owner), live: true, wait: Duration::from_millis(wait) }
+                }
+                Some((owner, version, live, _)) => {
                     let owner = if *owner == **candidate { candidate.clone() } else { Arc::from(owner) };
                     let owner = self.local.adopt(key, &owner, version);
+                    if socket && !full {
+                        // The claim may now be in `held`: the next sync removes it unless the
+                        // room is live here by then.
+                        lock(&self.published).insert(key.to_owned());
+                    }
                     let live = live == 1 || self.local.owner_if(key, true).is_some();
-                    Placement { owner, live }
+                    Placement { owner, live, wait: Duration::ZERO }
                 }
                 None => self.local.place_local(key, candidate),
             }
         })
     }
 
-    fn reassign<'a>(&'a self, key: &'a str, from: &'a str, to: &'a Arc<str>) -> BoxFuture<'a, bool> {
+    fn reassign<'a>(&'a self, key: &'a str, from: &'a str, to: &'a Arc<str>) -> BoxFuture<'a, Reassigned> {
         Box::pin(async move {
             let room = self.key("room:", key);
-            let ttl = self.ttl_ms();
-            let version: Option<u64> = self
+            let (ttl, window) = (self.ttl_ms(), self.rebuild_window_ms());
+            let prefix = &self.settings.prefix;
+            let version: Option<i64> = self
                 .call(&self.calls.reassign, async |c| {
-                    self.scripts.reassign.key(&room).arg(from).arg(&**to).arg(ttl).invoke_async(c).await
+                    self.scripts
+                        .reassign
+                        .key(&room)
+                        .arg(from)
+                        .arg(&**to)
+                        .arg(ttl)
+                        .arg(prefix)
+                        .arg(window)
+                        .invoke_async(c)
+                        .await
                 })
                 .await;
-            if version == Some(0) {
-                return false; // another replica moved it elsewhere; the caller looks again
+            match version {
+                Some(0) => return Reassigned::Elsewhere, // another replica moved it elsewhere
+                Some(v) if v < 0 => {
+                    return Reassigned::Wait(Duration::from_millis(self.settings.refresh.as_millis().min(100) as u64));
+                }
+                _ => {}
             }
             // Moved in Redis (or Redis is away: the next version locally).
+            let version = version.map(|v| v as u64);
             if !self.local.move_to(key, from, to, version) {
-                let version = version.unwrap_or(1);
-                self.local.adopt(key, to, version);
+                self.local.adopt(key, to, version.unwrap_or(1));
             }
-            true
+            Reassigned::Moved
+        })
+    }
+
+    fn confirm<'a>(&'a self, key: &'a str, owner: &'a Arc<str>) -> BoxFuture<'a, Option<Arc<str>>> {
+        Box::pin(async move {
+            let room = self.key("room:", key);
+            let record: Option<String> =
+                self.call(&self.calls.confirm, async |c| redis::cmd("GET").arg(&room).query_async(c).await).await?;
+            let (fleet_owner, version) = parse_record(record.as_deref()?)?;
+            if fleet_owner == &**owner {
+                return None;
+            }
+            // The room moved while the handshake was on its way: this replica follows the move
+            // (its sockets on `owner` are closed by the caller) unless it knows a later version.
+            let to: Arc<str> = Arc::from(fleet_owner);
+            if self.local.version_of(key).is_none_or(|v| v <= version) {
+                if !self.local.move_to(key, owner, &to, Some(version)) {
+                    self.local.adopt(key, &to, version);
+                }
+                return Some(to);
+            }
+            None
+        })
+    }
+
+    fn release<'a>(&'a self, key: &'a str, from: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let Some(version) = self.local.version_of(key) else { return };
+            let mut inv = self.scripts.release.prepare_invoke();
+            inv.arg(&self.settings.prefix).arg(&self.settings.replica).arg(key).arg(from).arg(version);
+            // If this fails, the next sync removes the claim, or it expires.
+            let _: Option<u64> = self.call(&self.calls.release, async |c| inv.invoke_async(c).await).await;
         })
     }
 

@@ -159,7 +159,7 @@ impl Session {
         let holds = std::mem::take(&mut self.holds);
         let spec =
             TunnelSpec { client: self.client, room: routed.room.clone(), backend: routed.backend.clone(), holds };
-        let held = upgrade::hold(&self.gateway, &spec);
+        let held = upgrade::hold(&self.gateway, &spec).await;
         drop(pending);
         let limit = self.gateway.snapshot().config.limits.max_first_message;
         let watch = NavWatch::new(self.regex.clone(), room, limit, metrics.djust_counter("navigated"));
@@ -283,7 +283,7 @@ impl Session {
         };
         match room {
             Some(room) => {
-                let backend = self.gateway.owner(snap, &room).await?;
+                let backend = self.gateway.owner(snap, &room, true).await?;
                 Ok(Routed { room: Some(room), backend })
             }
             None if self.on_missing == OnMissing::Shared => {

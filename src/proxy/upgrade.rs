@@ -53,7 +53,7 @@ pub async fn forward(
         let rsv = accepted(resp.headers(), key.as_ref().map(http::HeaderValue::as_bytes))
             .map_err(|why| BackendError::BadUpgrade { backend: spec.backend.id.to_string(), why })?;
         let backend_upgrade = hyper::upgrade::on(&mut resp);
-        let held = hold(gateway, &spec);
+        let held = hold(gateway, &spec).await;
         let opts = gateway.tunnel_options(rsv);
         let span = tracing::info_span!("tunnel", room = spec.room.as_deref(), backend = %spec.backend.id);
         // Waits for both upgrades, then hands the tunnel to a task of its own, so that the
@@ -156,19 +156,26 @@ pub async fn open(
 }
 
 /// A socket accepted by its backend: registered as a tunnel and counted in its room's presence.
-/// The room may have moved (drain deadline, backend down) while the handshake was on its way:
-/// then the socket is closed at once, like the room's others, and reconnects.
-pub fn hold(gateway: &Arc<Gateway>, spec: &TunnelSpec) -> (Registration, Option<Presence>) {
+/// The room may have moved (drain deadline, backend down, another replica's move) while the
+/// handshake was on its way: then the socket is closed at once (1012), like the room's others on
+/// that backend, and reconnects. The fleet's record decides, not only this replica's: a shared
+/// directory is asked (one round trip per socket), and this replica follows a move it had not
+/// seen yet.
+pub async fn hold(gateway: &Arc<Gateway>, spec: &TunnelSpec) -> (Registration, Option<Presence>) {
     let backend = &spec.backend;
     let registration = gateway.tunnels.register(spec.room.as_deref().map(Into::into), backend.id.clone());
     let presence = spec
         .room
         .as_deref()
         .map(|room| Presence::new(gateway.directory.clone(), room, backend.id.clone(), Use::Socket));
-    if let Some(room) = spec.room.as_deref()
-        && gateway.directory.owner(room).as_deref() != Some(&*backend.id)
-    {
-        registration.handle().request_close(crate::relay::CloseRequest::Moving);
+    if let Some(room) = spec.room.as_deref() {
+        if let Some(owner) = gateway.directory.confirm(room, &backend.id).await {
+            // Registered above, so this closes the new socket too.
+            let closed = gateway.close_moved(room, &backend.id);
+            tracing::warn!(room, from = %backend.id, to = %owner, sockets_closed = closed, "the fleet moved this room while a handshake was on its way: its sockets here move there");
+        } else if gateway.directory.owner(room).as_deref() != Some(&*backend.id) {
+            registration.handle().request_close(crate::relay::CloseRequest::Moving);
+        }
     }
     (registration, presence)
 }

@@ -84,6 +84,14 @@ impl Redis {
         client.get_multiplexed_async_connection().await.unwrap()
     }
 
+    /// Marks it as a Redis the fleet (prefix `roomgate:`) has been using already: the directory
+    /// then opens no rebuild window (which it opens when it finds Redis without its data, as after
+    /// a restart or on first use), and tests of the directory itself place rooms at once.
+    pub async fn mark_in_use(&self) {
+        let _: () =
+            redis::cmd("SET").arg("roomgate:generation").arg("1").query_async(&mut self.conn().await).await.unwrap();
+    }
+
     /// Commands the server has processed, from INFO.
     pub async fn commands(&self) -> u64 {
         let info: String = redis::cmd("INFO").arg("stats").query_async(&mut self.conn().await).await.unwrap();

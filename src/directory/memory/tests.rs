@@ -31,8 +31,8 @@ fn id(s: &str) -> Arc<str> {
 #[tokio::test]
 async fn first_writer_wins() {
     let d = MemoryDirectory::new();
-    assert_eq!(&*d.place_if_absent("r", &id("a")).await.owner, "a");
-    assert_eq!(&*d.place_if_absent("r", &id("b")).await.owner, "a");
+    assert_eq!(&*d.place_if_absent("r", &id("a"), false).await.owner, "a");
+    assert_eq!(&*d.place_if_absent("r", &id("b"), false).await.owner, "a");
     assert_eq!(d.owner("r").as_deref(), Some("a"));
 }
 

@@ -29,8 +29,14 @@ impl RedisDirectory {
         pipe.cmd("HGETALL").arg(&replicas_key);
         pipe.cmd("HGETALL").arg(self.key("drains", ""));
         pipe.cmd("GET").arg(self.key("splits", ""));
-        type Reply = (HashMap<String, String>, HashMap<String, u64>, Option<u64>);
-        let (beats, drains, splits): Reply = self.call(&self.calls.sync, async |c| pipe.query_async(c).await).await?;
+        // Redis may have lost its data: the rebuild window starts (or goes on). The refresh
+        // before this re-asserted this replica's rooms (its script starts the window too).
+        pipe.cmd("EVAL").arg(&self.scripts.rebuild).arg(0).arg(&self.settings.prefix).arg(self.rebuild_window_ms());
+        type Reply = (HashMap<String, String>, HashMap<String, u64>, Option<u64>, u64);
+        let (beats, drains, splits, rebuilding): Reply =
+            self.call(&self.calls.sync, async |c| pipe.query_async(c).await).await?;
+        *lock(&self.rebuilding_until) =
+            (rebuilding > 0).then(|| std::time::Instant::now() + std::time::Duration::from_millis(rebuilding));
         // Replicas gone for good leave the heartbeat hash (their `held` hashes have expired).
         let dead: Vec<&String> = beats
             .iter()
@@ -64,7 +70,7 @@ impl RedisDirectory {
     /// Distinct rooms held live by any replica, counted every tenth sync (the union of the
     /// replicas' `held` hashes is read whole).
     async fn fleet_live_rooms(&self, beats: &HashMap<String, String>) -> Option<u64> {
-        if self.calls.sync.load(Ordering::Relaxed) % 10 != 1 {
+        if !self.calls.heartbeats.fetch_add(1, Ordering::Relaxed).is_multiple_of(10) {
             return None;
         }
         let mut pipe = redis::pipe();
@@ -108,6 +114,9 @@ impl RedisDirectory {
             "backend": "redis",
             "replica": self.settings.replica,
             "reachable": self.is_up(),
+            "rebuilding_ms": lock(&self.rebuilding_until)
+                .map(|until| until.saturating_duration_since(std::time::Instant::now()).as_millis() as u64)
+                .filter(|ms| *ms > 0),
             "error": *lock(&self.last_error),
             "max_rooms": self.local.max_rooms(),
             "over_cap": self.local.over_cap(),
@@ -119,6 +128,8 @@ impl RedisDirectory {
                 "reassign": self.calls.reassign.load(Ordering::Relaxed),
                 "refresh": self.calls.refresh.load(Ordering::Relaxed),
                 "extend": self.calls.extend.load(Ordering::Relaxed),
+                "release": self.calls.release.load(Ordering::Relaxed),
+                "confirm": self.calls.confirm.load(Ordering::Relaxed),
                 "sync": self.calls.sync.load(Ordering::Relaxed),
                 "read": self.calls.read.load(Ordering::Relaxed),
                 "errors": self.calls.errors.load(Ordering::Relaxed),
@@ -140,6 +151,8 @@ impl RedisDirectory {
             ("reassign", &c.reassign),
             ("refresh", &c.refresh),
             ("extend", &c.extend),
+            ("release", &c.release),
+            ("confirm", &c.confirm),
             ("sync", &c.sync),
             ("read", &c.read),
         ] {

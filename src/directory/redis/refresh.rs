@@ -19,15 +19,17 @@ impl RedisDirectory {
             lock(&self.published).iter().filter(|r| !now_live.contains(r.as_str())).cloned().collect();
         let mut moves = Vec::new();
         let ttl = self.ttl_ms().to_string();
-        let held_ttl = (3 * self.settings.refresh.as_millis() as u64).max(self.ttl_ms()).to_string();
+        let held_ttl = self.held_ttl_ms().to_string();
+        let (lease, window) = (self.lease_ms().to_string(), self.rebuild_window_ms().to_string());
         let calls = live.len().div_ceil(BATCH).max(gone.len().div_ceil(GONE_BATCH));
         for call in 0..calls {
             let chunk = slice(&live, call, BATCH);
             let gone_chunk = slice(&gone, call, GONE_BATCH);
             let mut inv = self.scripts.refresh.prepare_invoke();
-            inv.arg(&self.settings.prefix).arg(&self.settings.replica).arg(&ttl).arg(&held_ttl).arg(chunk.len());
+            inv.arg(&self.settings.prefix).arg(&self.settings.replica).arg(&ttl).arg(&held_ttl);
+            inv.arg(&lease).arg(&window).arg(chunk.len());
             for e in chunk {
-                inv.arg(&e.key).arg(&*e.owner).arg(e.version).arg(e.connections);
+                inv.arg(&e.key).arg(&*e.owner).arg(e.version).arg(e.connections).arg(e.sockets);
             }
             inv.arg(gone_chunk);
             // Whether or not this call gets through, its live rooms may now be in `held`: they

@@ -1,32 +1,97 @@
 //! The Lua scripts of the Redis directory: each runs atomically on the Redis server, so that a
-//! decision (first writer wins, compare-and-set of a move) and its write are one step.
+//! decision (first writer wins, compare-and-set of a move, "may a member join now") and its write
+//! are one step.
+//!
+//! A replica's `held:{replica}` entry for a room is its *claim*: "owner version connections
+//! until sockets", `until` in Redis server milliseconds (`TIME`), so that no replica's clock is
+//! trusted. A claim naming another owner than the room's record blocks joins until it is released
+//! or expires: that is what keeps a moved room off its new owner while any replica still has
+//! sockets on the old one (`docs/replicas.md`, "One owner at a time").
 
-/// Places a new room, or returns the recorded owner, its version, and whether some replica
-/// holds the room live. KEYS[1]: the room's key; ARGV: candidate, ttl ms, prefix, room.
-/// A ttl of 0 writes nothing (this replica's directory is full): a recorded owner is still
-/// followed, a new room gets the candidate unrecorded.
-pub(super) const PLACE: &str = r"
+/// Shared by every script: the server's clock, the rebuild window after Redis lost its data, and
+/// the claims on a room.
+const PRELUDE: &str = r"
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- `generation` is absent after a restart or a flush: whoever finds it so starts a window of
+-- `window` ms in which no room without a record is placed, so that every replica re-asserts the
+-- rooms it holds first. Returns the ms left of the window (0: none).
+local function rebuild_left(p, window)
+  if redis.call('EXISTS', p .. 'generation') == 0 then
+    redis.call('SET', p .. 'generation', now_ms())
+    redis.call('SET', p .. 'rebuilding', '1', 'PX', window)
+    return tonumber(window)
+  end
+  return math.max(redis.call('PTTL', p .. 'rebuilding'), 0)
+end
+-- A claim: owner, version, connections, until, sockets (nil when absent or malformed).
+local function claim(h)
+  local o, v, c, u, s = string.match(h or '', '^(%S+) (%d+) (%d+) (%d+) (%d+)$')
+  if not o then return nil end
+  return o, tonumber(v), tonumber(c), tonumber(u), tonumber(s)
+end
+-- The unexpired claims of every replica on `room` that name another backend than `owner`: the ms
+-- until the last of them expires (0: none), and whether any claim has connections.
+local function blocking(p, reps, room, owner, now)
+  local wait, live = 0, 0
+  for _, rep in ipairs(reps) do
+    local o, v, c, u = claim(redis.call('HGET', p .. 'held:' .. rep, room))
+    if o and u > now then
+      if c > 0 then live = 1 end
+      if o ~= owner then wait = math.max(wait, u - now) end
+    end
+  end
+  return wait, live
+end
+";
+
+/// Places a new room, or returns the recorded owner, its version, whether some replica holds the
+/// room live, and how long a member must wait before joining (ms; 0: now).
+/// KEYS[1]: the room's record; ARGV: candidate, record ttl ms, prefix, room, replica, lease ms
+/// (0: no claim, a plain request), rebuild window ms, held ttl ms.
+/// A record ttl of 0 writes no record (this replica's directory is full): a recorded owner is
+/// still followed, a new room gets the candidate unrecorded.
+/// A member must wait while Redis is rebuilding and the room has no record, or while a claim on
+/// another backend blocks it. A member that may join gets this replica's claim (a socket's
+/// handshake is on its way), so that no other replica moves the room under it unseen.
+const PLACE_BODY: &str = r"
+local p, room, me, lease = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
+local now = now_ms()
+local rebuild = rebuild_left(p, ARGV[7])
 local cur = redis.call('GET', KEYS[1])
 if not cur then
+  if rebuild > 0 then
+    return {ARGV[1], 0, 0, rebuild}
+  end
   if ARGV[2] ~= '0' then
     redis.call('SET', KEYS[1], ARGV[1] .. ' 1', 'PX', ARGV[2])
   end
-  return {ARGV[1], 1, 0}
+  cur = ARGV[1] .. ' 1'
 end
 local o, v = string.match(cur, '^(%S+) (%d+)$')
-local live = 0
-for _, rep in ipairs(redis.call('HKEYS', ARGV[3] .. 'replicas')) do
-  if redis.call('HEXISTS', ARGV[3] .. 'held:' .. rep, ARGV[4]) == 1 then
-    live = 1
-    break
+local wait, live = blocking(p, redis.call('HKEYS', p .. 'replicas'), room, o, now)
+if lease > 0 and wait == 0 then
+  local hk = p .. 'held:' .. me
+  local mo, mv, mc, mu, ms = claim(redis.call('HGET', hk, room))
+  if not mo or mo ~= o then
+    mc, ms, mu = 0, 0, 0
   end
+  redis.call('HSET', hk, room, o .. ' ' .. v .. ' ' .. mc .. ' ' .. math.max(mu, now + lease) .. ' ' .. ms)
+  redis.call('PEXPIRE', hk, ARGV[8])
 end
-return {o, tonumber(v), live}
+return {o, tonumber(v), live, wait}
 ";
 
 /// Moves a room from ARGV[1] to ARGV[2] (the next version) unless another replica moved it
-/// elsewhere first; returns the version now recorded, 0 when it was moved elsewhere.
-pub(super) const REASSIGN: &str = r"
+/// elsewhere first; returns the version now recorded, 0 when it was moved elsewhere, -1 while
+/// Redis is rebuilding (no move until the holders have re-asserted their rooms).
+/// ARGV: from, to, ttl ms, prefix, rebuild window ms.
+const REASSIGN_BODY: &str = r"
+if rebuild_left(ARGV[4], ARGV[5]) > 0 then
+  return -1
+end
 local cur = redis.call('GET', KEYS[1])
 local o, v = nil, 0
 if cur then
@@ -44,21 +109,29 @@ end
 return 0
 ";
 
-/// Refreshes (or re-asserts) the rooms this replica holds live, one SET per room, and records
-/// them in the replica's `held` hash. ARGV: prefix, replica, room ttl ms, held ttl ms, n, then
-/// n x (room, owner, version, connections), then the rooms this replica no longer holds.
-/// Returns per room "" (agreed) or the "owner version" this replica must follow:
-/// - a later version elsewhere is a move this replica has not seen: follow it;
+/// Refreshes (or re-asserts) the rooms this replica holds live, one SET per room, and renews its
+/// claims on them. ARGV: prefix, replica, room ttl ms, held ttl ms, lease ms, rebuild window ms,
+/// n, then n x (room, owner, version, connections, sockets), then the rooms this replica no
+/// longer holds. Returns per room "" (agreed) or the "owner version" this replica must follow:
+/// - a later version elsewhere is a move this replica has not seen: follow it (its claim on the
+///   old owner stays until it has closed its sockets there and released it);
 /// - the same version with another owner is a room placed twice (an outage, or replicas that
 ///   place differently): the owner with the most live connections wins, a tie keeps the
 ///   recorded one.
-pub(super) const REFRESH: &str = r"
-local p, me, ttl, held_ttl, n = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+///
+/// A room with sockets here while another replica's unexpired claim with sockets names another
+/// backend is a split: counted once per episode in `splits` (`split:{room}` marks it while it
+/// lasts).
+const REFRESH_BODY: &str = r"
+local p, me, ttl, held_ttl, lease, n = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[7])
+rebuild_left(p, ARGV[6])
+local now = now_ms()
+local reps = redis.call('HKEYS', p .. 'replicas')
 local out, held = {}, {}
-local i = 6
+local i = 8
 for r = 1, n do
-  local room, owner, ver, conns = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-  i = i + 4
+  local room, owner, ver, conns, socks = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
+  i = i + 5
   local k = p .. 'room:' .. room
   local mine = owner .. ' ' .. ver
   local old = redis.call('SET', k, mine, 'PX', ttl, 'GET')
@@ -71,12 +144,11 @@ for r = 1, n do
       result = old
     elseif v == ver then
       local tally = {[owner] = conns}
-      for _, rep in ipairs(redis.call('HKEYS', p .. 'replicas')) do
+      for _, rep in ipairs(reps) do
         if rep ~= me then
-          local h = redis.call('HGET', p .. 'held:' .. rep, room)
-          local ho, hv, hc = string.match(h or '', '^(%S+) (%d+) (%d+)$')
-          if ho and tonumber(hv) == ver then
-            tally[ho] = (tally[ho] or 0) + tonumber(hc)
+          local ho, hv, hc, hu = claim(redis.call('HGET', p .. 'held:' .. rep, room))
+          if ho and hv == ver and hu > now then
+            tally[ho] = (tally[ho] or 0) + hc
           end
         end
       end
@@ -86,17 +158,32 @@ for r = 1, n do
           best, most = ho, c
         end
       end
-      if (tally[o] or 0) > 0 then
-        redis.call('INCR', p .. 'splits')
-      end
       if best ~= owner then
         redis.call('SET', k, best .. ' ' .. ver, 'PX', ttl)
         result = best .. ' ' .. ver
       end
     end
   end
+  if socks > 0 then
+    local split = false
+    for _, rep in ipairs(reps) do
+      if rep ~= me then
+        local ho, hv, hc, hu, hs = claim(redis.call('HGET', p .. 'held:' .. rep, room))
+        if ho and ho ~= owner and hu > now and hs > 0 then
+          split = true
+        end
+      end
+    end
+    if split then
+      if redis.call('SET', p .. 'split:' .. room, '1', 'NX', 'PX', lease) then
+        redis.call('INCR', p .. 'splits')
+      else
+        redis.call('PEXPIRE', p .. 'split:' .. room, lease)
+      end
+    end
+  end
   held[#held + 1] = room
-  held[#held + 1] = mine .. ' ' .. conns
+  held[#held + 1] = mine .. ' ' .. conns .. ' ' .. (now + lease) .. ' ' .. socks
   out[#out + 1] = result
 end
 local hk = p .. 'held:' .. me
@@ -127,3 +214,51 @@ for i = 3, #ARGV - 1, 2 do
 end
 return n
 ";
+
+/// Releases this replica's claims on rooms whose sockets on an old owner have all closed: each
+/// claim naming that owner at a version below the room's current one here is removed.
+/// ARGV: prefix, replica, then triples (room, old owner, current version). Returns how many.
+const RELEASE_BODY: &str = r"
+local hk = ARGV[1] .. 'held:' .. ARGV[2]
+local n = 0
+for i = 3, #ARGV - 2, 3 do
+  local o, v = claim(redis.call('HGET', hk, ARGV[i]))
+  if o == ARGV[i + 1] and v < tonumber(ARGV[i + 2]) then
+    redis.call('HDEL', hk, ARGV[i])
+    n = n + 1
+  end
+end
+return n
+";
+
+/// Starts the rebuild window if Redis lost its data; returns the ms left of it. ARGV: prefix,
+/// window ms.
+const REBUILD_BODY: &str = r"
+return rebuild_left(ARGV[1], ARGV[2])
+";
+
+/// The scripts, each with the prelude.
+pub(super) struct Scripts {
+    pub(super) place: redis::Script,
+    pub(super) reassign: redis::Script,
+    pub(super) refresh: redis::Script,
+    pub(super) extend: redis::Script,
+    pub(super) release: redis::Script,
+    /// Sent whole with `EVAL` inside the sync's pipeline (a pipeline cannot hold an `EVALSHA`
+    /// with its fallback).
+    pub(super) rebuild: String,
+}
+
+impl Scripts {
+    pub(super) fn new() -> Scripts {
+        let with_prelude = |body: &str| redis::Script::new(&format!("{PRELUDE}{body}"));
+        Scripts {
+            place: with_prelude(PLACE_BODY),
+            reassign: with_prelude(REASSIGN_BODY),
+            refresh: with_prelude(REFRESH_BODY),
+            extend: redis::Script::new(EXTEND),
+            release: with_prelude(RELEASE_BODY),
+            rebuild: format!("{PRELUDE}{REBUILD_BODY}"),
+        }
+    }
+}
