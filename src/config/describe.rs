@@ -86,8 +86,9 @@ impl Config {
             super::Directory::Redis { prefix, refresh, replica_id, .. } => {
                 let _ = writeln!(
                     out,
-                    "room directory: Redis, prefix {prefix:?}, refresh {}, this replica {replica_id:?}",
-                    HumanDuration(*refresh)
+                    "room directory: Redis, prefix {prefix:?}, refresh {}, this replica {}",
+                    HumanDuration(*refresh),
+                    replica_id.as_deref().map_or_else(|| "{host name}-{pid}".to_owned(), |id| format!("{id:?}"))
                 );
             }
         }

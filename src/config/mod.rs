@@ -76,7 +76,8 @@ pub enum Directory {
         prefix: String,
         refresh: Duration,
         timeout: Duration,
-        replica_id: String,
+        /// `None`: this process's default, `{host name}-{pid}` (see `directory::default_replica`).
+        replica_id: Option<String>,
         /// From `password_file`; given to Redis in place of a password in the URL.
         password: Option<String>,
     },
@@ -454,10 +455,10 @@ impl Validator<'_> {
         }
         let replica_id = match &d.replica_id {
             Some(id) if !id.get_ref().is_empty() && id.get_ref().bytes().all(|b| b.is_ascii_graphic()) => {
-                id.get_ref().clone()
+                Some(id.get_ref().clone())
             }
             Some(id) => return Err(self.err(id, "directory.replica_id: expected visible ASCII, no spaces".into())),
-            None => default_replica_id(),
+            None => None,
         };
         let password = match &d.password_file {
             Some(f) => Some(
@@ -656,16 +657,6 @@ impl Validator<'_> {
 
 /// This replica's id when the config sets none: the host name (a Kubernetes pod's name), else
 /// `roomgate-<pid>`.
-fn default_replica_id() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()))
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty())
-        })
-        .unwrap_or_else(|| format!("roomgate-{}", std::process::id()))
-}
-
 /// `host:port` to one address: IP literals directly, names through the system resolver.
 fn resolve(text: &str) -> Result<SocketAddr, String> {
     if let Ok(addr) = text.parse::<SocketAddr>() {

@@ -159,6 +159,11 @@ pub trait RoomDirectory: Send + Sync + 'static {
         Box::pin(std::future::ready(()))
     }
 
+    /// This replica stops: its claims and heartbeat are removed from the shared directory.
+    fn leave_fleet(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+
     /// What the fleet knows of a room: its recorded owner and the replicas holding its sockets.
     fn fleet_room<'a>(&'a self, _key: &'a str) -> BoxFuture<'a, Option<serde_json::Value>> {
         Box::pin(std::future::ready(None))
@@ -188,6 +193,24 @@ pub struct SyncReport {
     /// Rooms this replica held live on another owner than the fleet's, already moved in the
     /// directory: (room, old owner, fleet owner). The caller closes their sockets on the old one.
     pub moved: Vec<(String, Arc<str>, Arc<str>)>,
+}
+
+/// A replica id unique to this directory: the host name (a pod's name in Kubernetes) and the
+/// process id, so that two replicas on one host, or a restarted container of one pod, never share
+/// a `held:` hash. A second directory in the same process (tests, embedding) gets `-2`, and so on.
+pub fn default_replica() -> String {
+    static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()))
+        .unwrap_or_else(|| "roomgate".to_owned());
+    let id = format!("{host}-{}", std::process::id());
+    match MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) {
+        0 => id,
+        n => format!("{id}-{}", n + 1),
+    }
 }
 
 /// Wall-clock milliseconds since the Unix epoch: the time base of what replicas share (drain

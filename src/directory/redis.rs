@@ -7,11 +7,16 @@
 //!   over replicas that still hold the room on its old owner: they follow it. A new record lives
 //!   `rooms.linger_unused` (plus slack) until the room gets a WebSocket; from then on
 //!   `rooms.linger`. A replica whose directory is full (`limits.max_rooms`) writes no new record.
-//! - `{prefix}held:{replica}`: room -> "owner version connections" for the rooms a replica holds
-//!   live; it expires with the replica's heartbeat.
+//! - `{prefix}held:{replica}`: room -> "owner version connections until sockets", this
+//!   replica's claims: a member joins a room's owner only while no unexpired claim names another
+//!   backend, so that a move holds joins until every replica has closed its sockets on the old
+//!   owner (`docs/replicas.md`, "One owner at a time"). The hash expires with the replica's
+//!   heartbeat; each claim at its `until` (Redis server time).
 //! - `{prefix}replicas`: replica -> "epoch seen_ms backend,ids" (heartbeat).
 //! - `{prefix}drains`: backend -> drain deadline (unix ms): a drain started anywhere holds
-//!   everywhere. `{prefix}splits` counts conflicts seen.
+//!   everywhere. `{prefix}splits` counts rooms seen with sockets on two backends.
+//! - `{prefix}generation`: absent after Redis lost its data; whoever finds it so opens a rebuild
+//!   window (`{prefix}rebuilding`) in which no room without a record is placed or moved.
 //!
 //! Redis is touched when a room is placed or moved and once per refresh period (one command per
 //! live room, in scripts of 500 rooms, plus one pipeline, plus one script for the rooms that got
@@ -450,6 +455,17 @@ impl RoomDirectory for RedisDirectory {
             if !self.write_drain(backend, deadline_ms).await {
                 tracing::warn!(backend, "Redis unreachable: the drain change is shared once it is back");
                 lock(&self.unshared_drains).push((backend.to_owned(), deadline_ms));
+            }
+        })
+    }
+
+    fn leave_fleet(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let mut pipe = redis::pipe();
+            pipe.cmd("DEL").arg(self.key("held:", &self.settings.replica)).ignore();
+            pipe.cmd("HDEL").arg(self.key("replicas", "")).arg(&self.settings.replica).ignore();
+            if self.call(&self.calls.sync, async |c| pipe.query_async::<()>(c).await).await.is_some() {
+                tracing::info!(replica = %self.settings.replica, "left the fleet's directory");
             }
         })
     }

@@ -50,6 +50,7 @@ fn directory_for(config: &Config, metrics: &Metrics) -> Arc<dyn RoomDirectory> {
     match &config.directory {
         Directory::Memory => Arc::new(local()),
         Directory::Redis { url, prefix, refresh, timeout, replica_id, password } => {
+            let replica_id = replica_id.clone().unwrap_or_else(crate::directory::default_replica);
             let settings = RedisSettings {
                 url: url.clone(),
                 prefix: prefix.clone(),
@@ -164,6 +165,8 @@ async fn finish(
             tracing::warn!(websockets = gateway.tunnels.len(), "shutdown grace period over; closing what is left")
         }
     }
+    // Its sockets are closed: its claims end now rather than at their expiry.
+    gateway.directory.leave_fleet().await;
     Ok(())
 }
 

@@ -170,7 +170,7 @@ impl RedisDirectory {
         let _ = writeln!(out, "roomgate_fleet_live_rooms {}", fleet.live_rooms);
         let _ = writeln!(
             out,
-            "# HELP roomgate_fleet_split_rooms Conflicts (a room live on two backends) seen by any replica."
+            "# HELP roomgate_fleet_split_rooms Rooms seen with sockets on two backends at once, through any replicas (each episode once)."
         );
         let _ = writeln!(out, "# TYPE roomgate_fleet_split_rooms counter");
         let _ = writeln!(out, "roomgate_fleet_split_rooms_total {}", fleet.splits);

@@ -15,8 +15,13 @@ impl RedisDirectory {
     pub(super) async fn refresh(&self) -> Option<Vec<(String, Arc<str>, Arc<str>)>> {
         let live = self.local.live_entries();
         let now_live: HashSet<&str> = live.iter().map(|e| e.key.as_str()).collect();
-        let gone: Vec<String> =
-            lock(&self.published).iter().filter(|r| !now_live.contains(r.as_str())).cloned().collect();
+        // A room whose sockets on an old owner are still closing after a move keeps its claim
+        // on that owner until they have ended (`release`), so it is not "gone" yet.
+        let gone: Vec<String> = lock(&self.published)
+            .iter()
+            .filter(|r| !now_live.contains(r.as_str()) && self.local.owner_if(r, true).is_none())
+            .cloned()
+            .collect();
         let mut moves = Vec::new();
         let ttl = self.ttl_ms().to_string();
         let held_ttl = self.held_ttl_ms().to_string();
