@@ -348,7 +348,11 @@ impl Control {
             self.syncs.send_modify(|n| *n += 1);
             // While the store is away, look for it more often, so that the fleet's directory is
             // rebuilt within one refresh period of its return.
-            tokio::time::sleep(if reached { refresh } else { refresh / 4 }).await;
+            let pause = if reached { refresh } else { (refresh / 4).min(crate::directory::AWAY_POLL) };
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = self.gateway.directory.sync_wanted() => {}
+            }
         }
     }
 

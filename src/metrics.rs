@@ -74,6 +74,7 @@ pub struct Metrics {
     tls_cert_reloads: Family<OutcomeLabel, Counter>,
     refused: Family<LimitLabel, Counter>,
     rooms_over_cap: Counter,
+    join_waits: Histogram,
 }
 
 impl Default for Metrics {
@@ -148,7 +149,15 @@ impl Metrics {
             "New rooms placed but not recorded because the directory held limits.max_rooms",
             rooms_over_cap.clone(),
         );
+        let join_waits = Histogram::new(exponential_buckets(0.001, 2.0, 15));
+        registry.register(
+            "room_join_wait_seconds",
+            "Time a request or socket waited for its room to settle before joining (a move in progress across \
+             the fleet, or the shared directory rebuilding); only those that waited",
+            join_waits.clone(),
+        );
         Metrics {
+            join_waits,
             refused,
             rooms_over_cap,
             registry,
@@ -172,6 +181,11 @@ impl Metrics {
     /// The counter of new rooms not recorded over `limits.max_rooms` (handed to the directory).
     pub fn rooms_over_cap(&self) -> Counter {
         self.rooms_over_cap.clone()
+    }
+
+    /// A join that waited for its room to settle (see the metric's help text).
+    pub fn join_waited(&self, waited: Duration) {
+        self.join_waits.observe(waited.as_secs_f64());
     }
 
     /// Counts one resolution of a `[[discovery]]` entry.

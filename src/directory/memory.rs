@@ -145,6 +145,11 @@ impl MemoryDirectory {
         (e.sockets + e.requests > 0).then(|| e.owner.clone())
     }
 
+    /// Connections of the room still open on earlier owners, closing after a move.
+    pub fn moving(&self, key: &str) -> u32 {
+        self.shard(key).get(key).map_or(0, |e| e.moving)
+    }
+
     /// The room's version here, if it is recorded.
     pub fn version_of(&self, key: &str) -> Option<u64> {
         self.shard(key).get(key).map(|e| e.version)

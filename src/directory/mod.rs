@@ -24,7 +24,7 @@ use serde::Serialize;
 pub use cap::DEFAULT_MAX_ROOMS;
 pub(crate) use memory::shrink;
 pub use memory::{Entered, LiveEntry, MemoryDirectory};
-pub use redis::{RedisDirectory, RedisSettings};
+pub use redis::{AWAY_POLL, RedisDirectory, RedisSettings};
 
 /// What kind of connection holds a room live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,6 +152,12 @@ pub trait RoomDirectory: Send + Sync + 'static {
     /// heartbeat, reads drains. `None`: nothing is shared (or the store is unreachable).
     fn sync<'a>(&'a self, _me: &'a ReplicaState) -> BoxFuture<'a, Option<SyncReport>> {
         Box::pin(std::future::ready(None))
+    }
+
+    /// Resolves when the directory wants a sync before the next one is due (a call found the
+    /// shared store gone). A local one never does.
+    fn sync_wanted(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::pending())
     }
 
     /// Shares a drain (`Some(deadline)`, unix milliseconds) or its end (`None`) with the fleet.

@@ -51,6 +51,9 @@ use super::{
 };
 use crate::throttle::Throttle;
 
+/// How often the sync loop looks for Redis while it is away (at most; `refresh / 4` if shorter).
+pub const AWAY_POLL: Duration = Duration::from_millis(100);
+
 /// Live rooms per refresh script call.
 const BATCH: usize = 500;
 
@@ -107,6 +110,10 @@ pub struct RedisDirectory {
     scripts: Scripts,
     /// Until when Redis was rebuilding at the last sync (it had lost its data), for the status.
     rebuilding_until: Mutex<Option<Instant>>,
+    /// Syncs attempted, reached or not: a request that finds Redis away waits for the next one.
+    attempts: tokio::sync::watch::Sender<u64>,
+    /// Woken when a call finds Redis gone: the sync loop looks again at once.
+    wake: tokio::sync::Notify,
 }
 
 /// Redis round trips by purpose, and time spent placing rooms.
@@ -153,6 +160,8 @@ impl RedisDirectory {
             calls: Calls::default(),
             scripts: Scripts::new(),
             rebuilding_until: Mutex::new(None),
+            attempts: tokio::sync::watch::Sender::new(0),
+            wake: tokio::sync::Notify::new(),
         }))
     }
 
@@ -184,6 +193,15 @@ impl RedisDirectory {
     /// next sync re-asserts the rooms it holds within one refresh, plus the time a sync takes.
     fn rebuild_window_ms(&self) -> u64 {
         (self.settings.refresh + 4 * self.settings.timeout).as_millis() as u64
+    }
+
+    /// Waits (bounded) for the next sync attempt; tells whether it reached Redis.
+    async fn next_attempt(&self) -> bool {
+        let mut attempts = self.attempts.subscribe();
+        let seen = *attempts.borrow_and_update();
+        let bound = AWAY_POLL + 6 * self.settings.timeout;
+        let _ = tokio::time::timeout(bound, attempts.wait_for(|n| *n > seen)).await;
+        self.is_up()
     }
 
     /// The connection, connecting first if there is none (bounded by the timeout).
@@ -239,6 +257,9 @@ impl RedisDirectory {
         self.calls.errors.fetch_add(1, Ordering::Relaxed);
         *lock(&self.last_error) = Some(why.to_owned());
         let was_up = self.up.swap(false, Ordering::Relaxed);
+        if was_up {
+            self.wake.notify_one();
+        }
         // `|` and not `||`: the throttle's period starts with the first line of an outage.
         if was_up | self.outage_log.ready().is_some() {
             tracing::warn!(
@@ -316,13 +337,22 @@ impl RoomDirectory for RedisDirectory {
             let ttl = if full { 0 } else { self.settings.ttl_unused.as_millis().max(1) as u64 };
             let lease = if socket { self.lease_ms() } else { 0 };
             let s = &self.settings;
-            let answer: Option<(String, u64, u8, u64)> = self
-                .call(&self.calls.place, async |c| {
+            let place = async || -> Option<(String, u64, u8, u64)> {
+                self.call(&self.calls.place, async |c| {
                     let mut inv = self.scripts.place.key(&room);
                     inv.arg(&**candidate).arg(ttl).arg(&s.prefix).arg(key).arg(&s.replica).arg(lease);
                     inv.arg(self.rebuild_window_ms()).arg(self.held_ttl_ms()).invoke_async(c).await
                 })
-                .await;
+                .await
+            };
+            let mut answer = place().await;
+            // Redis away, and a room this replica does not know: another replica may hold it
+            // live off its placement, and Redis may be back already (empty) without this replica
+            // having seen it yet. Rather than place it blind at once, wait for the next sync's
+            // look at Redis (the sync loop looks often while Redis is away), then ask again.
+            if answer.is_none() && self.local.owner_if(key, false).is_none() && self.next_attempt().await {
+                answer = place().await;
+            }
             self.calls.place_micros.fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
             match answer {
                 Some((owner, _, _, wait)) if wait > 0 => {
@@ -403,6 +433,15 @@ impl RoomDirectory for RedisDirectory {
 
     fn release<'a>(&'a self, key: &'a str, from: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async move {
+            // The claim stays while connections are still open on an old owner: sockets in their
+            // close handshake, and handshakes still on their way (a frozen backend may yet accept
+            // one). Past the bound it goes anyway; unrenewed, it would expire soon after.
+            let deadline = Instant::now() + Duration::from_millis(self.lease_ms());
+            let mut pause = Duration::from_millis(2);
+            while self.local.moving(key) > 0 && Instant::now() < deadline {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
             let Some(version) = self.local.version_of(key) else { return };
             let mut inv = self.scripts.release.prepare_invoke();
             inv.arg(&self.settings.prefix).arg(&self.settings.replica).arg(key).arg(from).arg(version);
@@ -447,7 +486,15 @@ impl RoomDirectory for RedisDirectory {
     }
 
     fn sync<'a>(&'a self, me: &'a ReplicaState) -> BoxFuture<'a, Option<SyncReport>> {
-        Box::pin(self.sync_once(me))
+        Box::pin(async move {
+            let report = self.sync_once(me).await;
+            self.attempts.send_modify(|n| *n += 1);
+            report
+        })
+    }
+
+    fn sync_wanted(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.wake.notified())
     }
 
     fn share_drain<'a>(&'a self, backend: &'a str, deadline_ms: Option<u64>) -> BoxFuture<'a, ()> {

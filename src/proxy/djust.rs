@@ -25,6 +25,7 @@ use super::headers;
 use super::upgrade::{self, TunnelSpec};
 use crate::backends::Backend;
 use crate::config::{Config, OnMissing};
+use crate::directory::{Presence, Use};
 use crate::djust::{self, Effect};
 use crate::error::{BackendError, ClientError, LimitError, ProxyError, close_code_for};
 use crate::limits::{self, Holds};
@@ -43,6 +44,8 @@ struct Ready {
     backend_io: Upgraded,
     client_pre: Vec<u8>,
     backend_pre: Vec<u8>,
+    /// The handshake counted in its room until the socket is: a move meanwhile waits for it.
+    handshake: Option<Presence>,
 }
 
 /// How a first message routes the socket.
@@ -152,7 +155,7 @@ impl Session {
                 return close(&mut client_io, request.code(), request.reason()).await;
             }
         };
-        let Some(Ready { routed, backend_io, client_pre, backend_pre }) = ready else { return };
+        let Some(Ready { routed, backend_io, client_pre, backend_pre, handshake }) = ready else { return };
         let room = routed.room.as_deref();
         let metrics = &self.gateway.metrics;
         metrics.djust(if room.is_some() { "room" } else { "shared" });
@@ -160,6 +163,7 @@ impl Session {
         let spec =
             TunnelSpec { client: self.client, room: routed.room.clone(), backend: routed.backend.clone(), holds };
         let held = upgrade::hold(&self.gateway, &spec).await;
+        drop(handshake);
         drop(pending);
         let limit = self.gateway.snapshot().config.limits.max_first_message;
         let watch = NavWatch::new(self.regex.clone(), room, limit, metrics.djust_counter("navigated"));
@@ -218,6 +222,9 @@ impl Session {
                 return self.refuse(client_io, &err.into(), room).await;
             }
         }
+        // Counted in its room while it is on its way (a move waits for it), until its socket is.
+        let handshake =
+            room.map(|r| Presence::new(self.gateway.directory.clone(), r, routed.backend.id.clone(), Use::Request));
         let opened = self.open(config, &routed.backend).await;
         self.gateway.observe_backend(&snap, &routed.backend, &opened, started);
         let mut backend_io = match opened {
@@ -252,7 +259,7 @@ impl Session {
             };
             return self.refuse(client_io, &err.into(), room).await;
         }
-        Some(Ready { routed, backend_io, client_pre, backend_pre })
+        Some(Ready { routed, backend_io, client_pre, backend_pre, handshake })
     }
 
     /// The room of the page the first message mounts, and its owner; the shared pool for a page

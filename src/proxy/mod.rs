@@ -47,8 +47,6 @@ const MAX_MOVE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The first pause of a member waiting for a moving room, doubled up to [`MAX_PAUSE`].
 const FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
 const MAX_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
-/// The longest a claim waits for the moved sockets to end before it is released anyway.
-const RELEASE_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Everything the request path shares: the current snapshot, the room directory, the upstream
 /// pool, open tunnels and metrics.
@@ -345,6 +343,8 @@ impl Gateway {
         let passive = snap.passive_only();
         let started = Instant::now();
         let mut pause = FIRST_PAUSE;
+        // A join that waited is counted once (`roomgate_room_join_wait_seconds`).
+        let mut counted = false;
         // After a move, the fleet is asked (not this replica's own record) before joining.
         let mut moved = false;
         // Another request (or replica) may re-place the room between our look and our write; a
@@ -367,6 +367,10 @@ impl Gateway {
                 }
             };
             rounds += 1;
+            if pause > FIRST_PAUSE && !counted {
+                self.metrics.join_waited(started.elapsed());
+                counted = true;
+            }
             match snap.backend(&owner) {
                 // A draining backend keeps its live rooms; an empty one moves.
                 Some(b) if b.is_up(passive) && (!b.is_draining() || live.unwrap_or_else(|| self.is_live(key))) => {
@@ -422,24 +426,15 @@ impl Gateway {
         moved
     }
 
-    /// Closes the sockets of a moved room still open on its old owner (1012), and once they have
-    /// all ended, releases this replica's claim on that owner in the shared directory: members
-    /// held back by it may then join the new one. Returns how many were asked to close.
+    /// Closes the sockets of a moved room still open on its old owner (1012), and once they (and
+    /// handshakes on their way there) have all ended, releases this replica's claim on that owner
+    /// in the shared directory: members held back by it may then join the new one. Returns how
+    /// many sockets were asked to close.
     pub fn close_moved(&self, key: &str, from: &str) -> usize {
         let closed = self.tunnels.close_room(key, from, CLOSE_SERVICE_RESTART);
-        let (tunnels, directory) = (self.tunnels.clone(), self.directory.clone());
+        let directory = self.directory.clone();
         let (key, from) = (key.to_owned(), from.to_owned());
-        tokio::spawn(async move {
-            // A socket ends once its close handshake is done (`timeouts.websocket_close` at most);
-            // the claim is released then, or when this bound passes (it expires anyway).
-            let deadline = Instant::now() + RELEASE_AFTER;
-            let mut pause = std::time::Duration::from_millis(2);
-            while tunnels.open_in(&key, &from) > 0 && Instant::now() < deadline {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(std::time::Duration::from_millis(50));
-            }
-            directory.release(&key, &from).await;
-        });
+        tokio::spawn(async move { directory.release(&key, &from).await });
         closed
     }
 
@@ -460,6 +455,8 @@ impl Gateway {
         }
         parts.extensions = Default::default();
         let spec = TunnelSpec { client, room: target.room.clone(), backend: target.backend.clone(), holds };
+        // Counted in its room while it is on its way (a move waits for it), until its socket is.
+        let _handshake = self.presence(target, Use::Request);
         let resp = upgrade::forward(
             self,
             Request::from_parts(parts, ()),

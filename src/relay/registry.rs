@@ -185,13 +185,6 @@ impl Tunnels {
         handles.len()
     }
 
-    /// Tunnels of `room` to `backend` still open (closing ones included).
-    pub fn open_in(&self, room: &str, backend: &str) -> usize {
-        let open = self.lock();
-        let Some(ids) = open.by_room.get(room) else { return 0 };
-        ids.iter().filter_map(|id| open.by_id.get(id)).filter(|h| &*h.backend == backend).count()
-    }
-
     /// Rooms whose tunnels not asked to close reach more than one backend: a split room.
     pub fn split_rooms(&self) -> Vec<Box<str>> {
         let open = self.lock();
