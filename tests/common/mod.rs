@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod djust;
+pub mod judge;
 pub mod pinned;
 pub mod raw;
 pub mod redis_server;
@@ -56,6 +57,11 @@ pub const LIMIT: Duration = Duration::from_secs(10);
 /// per line. Paths with `refuse` get 403. A handshake with `X-Test-Djust: greet` behaves like
 /// djust: the backend speaks first with its own `connect` frame; `X-Test-Djust: close:<code>`
 /// accepts, then closes with that code (djust's 4429).
+///
+/// For the judge (`judge::overlaps`): every accepted WebSocket whose handshake has a query
+/// `room=X` is recorded in `members`, from its upgrade to the end of its echo loop. `hang` makes
+/// new requests and handshakes wait unanswered (a SIGSTOPped process, as far as new work goes)
+/// until `release`; open WebSockets keep working.
 pub struct TestBackend {
     pub id: String,
     pub addr: SocketAddr,
@@ -64,6 +70,62 @@ pub struct TestBackend {
     killed: tokio_util::sync::CancellationToken,
     /// TCP connections accepted so far.
     pub accepted: Arc<std::sync::atomic::AtomicUsize>,
+    /// Room memberships: one per accepted WebSocket with a `room=X` query.
+    pub members: Members,
+    /// `true` while hung: new requests and handshakes wait.
+    hung: Arc<tokio::sync::watch::Sender<bool>>,
+    /// WebSocket handshakes waiting in a hang now.
+    held: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+/// A WebSocket of a room on a backend, from the completed upgrade to the end of its echo loop.
+#[derive(Clone, Debug)]
+pub struct Membership {
+    pub room: String,
+    pub joined: std::time::Instant,
+    /// `None` while it is open.
+    pub left: Option<std::time::Instant>,
+}
+
+pub type Members = Arc<std::sync::Mutex<Vec<Membership>>>;
+
+/// Sets `left` of its membership when dropped, however the socket's task ends.
+struct MemberGuard {
+    members: Members,
+    index: usize,
+}
+
+impl Drop for MemberGuard {
+    fn drop(&mut self) {
+        let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        members[self.index].left = Some(std::time::Instant::now());
+    }
+}
+
+/// Counts a handshake waiting in a hang while it lives.
+struct HeldGuard(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl HeldGuard {
+    fn new(held: Arc<tokio::sync::watch::Sender<usize>>) -> HeldGuard {
+        held.send_modify(|n| *n += 1);
+        HeldGuard(held)
+    }
+}
+
+impl Drop for HeldGuard {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+/// What a backend's request handler shares with the test.
+#[derive(Clone)]
+struct Shared {
+    id: String,
+    killed: tokio_util::sync::CancellationToken,
+    members: Members,
+    hung: Arc<tokio::sync::watch::Sender<bool>>,
+    held: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 impl TestBackend {
@@ -80,15 +142,19 @@ impl TestBackend {
         let token = killed.clone();
         let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counter = accepted.clone();
+        let members: Members = Arc::default();
+        let hung = Arc::new(tokio::sync::watch::Sender::new(false));
+        let held = Arc::new(tokio::sync::watch::Sender::new(0));
+        let shared =
+            Shared { id: id_owned, killed: token, members: members.clone(), hung: hung.clone(), held: held.clone() };
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
                 counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let id = id_owned.clone();
-                let token = token.clone();
+                let shared = shared.clone();
+                let token = shared.killed.clone();
                 tokio::spawn(async move {
-                    let svc_token = token.clone();
-                    let svc = service_fn(move |req| backend_handle(id.clone(), req, svc_token.clone()));
+                    let svc = service_fn(move |req| backend_handle(shared.clone(), req));
                     let conn = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
                         .with_upgrades();
@@ -99,7 +165,32 @@ impl TestBackend {
                 });
             }
         });
-        TestBackend { id: id.to_owned(), addr, task, killed, accepted }
+        TestBackend { id: id.to_owned(), addr, task, killed, accepted, members, hung, held }
+    }
+
+    /// Like SIGSTOP as far as new work goes: every new HTTP request and WebSocket handshake
+    /// waits, unanswered, until `release`. Open WebSockets keep working.
+    pub fn hang(&self) {
+        self.hung.send_replace(true);
+    }
+
+    /// Ends a hang: the waiting requests and handshakes are answered as usual.
+    pub fn release(&self) {
+        self.hung.send_replace(false);
+    }
+
+    /// Waits (bounded) until at least `n` WebSocket handshakes are waiting in a hang.
+    pub async fn wait_held_handshakes(&self, n: usize) {
+        let mut rx = self.held.subscribe();
+        tokio::time::timeout(LIMIT, rx.wait_for(|held| *held >= n))
+            .await
+            .unwrap_or_else(|_| panic!("{}: {n} handshakes not held in time", self.id))
+            .unwrap();
+    }
+
+    /// A copy of the memberships recorded so far.
+    pub fn memberships(&self) -> Vec<Membership> {
+        self.members.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Stops accepting; the port is closed (connections get refused).
@@ -130,23 +221,39 @@ fn full(status: StatusCode, id: &str, body: impl Into<Bytes>) -> Response<Body> 
     resp
 }
 
-async fn backend_handle(
-    id: String,
-    mut req: Request<Incoming>,
-    killed: tokio_util::sync::CancellationToken,
-) -> Result<Response<Body>, Infallible> {
+/// The value of `room=` in a query, if any.
+fn room_of(query: Option<&str>) -> Option<String> {
+    query?.split('&').find_map(|pair| pair.strip_prefix("room=")).map(str::to_owned)
+}
+
+async fn backend_handle(shared: Shared, mut req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let Shared { id, killed, members, hung, held } = shared;
+    let websocket = req.headers().contains_key(header::SEC_WEBSOCKET_KEY);
+    if *hung.borrow() {
+        // Counted while it waits, even if the wait is dropped (the client went away).
+        let _held = websocket.then(|| HeldGuard::new(held.clone()));
+        let mut rx = hung.subscribe();
+        let _ = rx.wait_for(|hung| !*hung).await;
+    }
     let path = req.uri().path().to_owned();
-    if req.headers().contains_key(header::SEC_WEBSOCKET_KEY) {
+    if websocket {
         if path.contains("refuse") {
             return Ok(full(StatusCode::FORBIDDEN, &id, "origin refused"));
         }
         let key = req.headers()[header::SEC_WEBSOCKET_KEY].clone();
         let head: String = req.headers().iter().map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("?"))).collect();
         let djust = req.headers().get("x-test-djust").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let room = room_of(req.uri().query());
         let on_upgrade = hyper::upgrade::on(&mut req);
         let id2 = id.clone();
         tokio::spawn(async move {
             if let Ok(io) = on_upgrade.await {
+                // A member of its room from here until this task ends.
+                let _member = room.map(|room| {
+                    let mut list = members.lock().unwrap_or_else(|p| p.into_inner());
+                    list.push(Membership { room, joined: std::time::Instant::now(), left: None });
+                    MemberGuard { members: members.clone(), index: list.len() - 1 }
+                });
                 let config = WebSocketConfig::default().max_message_size(Some(64 << 20));
                 let mut ws = WebSocketStream::from_raw_socket(TokioIo::new(io), Role::Server, Some(config)).await;
                 match djust.as_deref().and_then(|d| d.strip_prefix("close:")) {
