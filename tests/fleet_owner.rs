@@ -231,8 +231,9 @@ async fn a_redis_restarted_empty_keeps_a_moved_room_on_its_owner() {
 /// Case 2: a backend hangs (SIGSTOP, as far as new work goes). Replica B's active checks see it
 /// down and move its room; replica A (passive checks only) still holds a member there and has a
 /// second handshake waiting at the hung backend. B's new member must be admitted only once A's
-/// member is gone, and the handshake that completes after the move must be closed at once
-/// (1012), by the fleet's record of the move, not by A's local one.
+/// member is gone and A's handshake has resolved (the frozen backend may accept it when it
+/// wakes), and that handshake, completing after the move, must be closed at once (1012), by the
+/// fleet's record of the move, not by A's local one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_backend_moves_its_room_only_after_every_replica_let_go() {
     let redis = Redis::start().await;
@@ -262,19 +263,29 @@ async fn a_hung_backend_moves_its_room_only_after_every_replica_let_go() {
     let seen_down = wait_state(&b, &bh_id, "down").await;
     assert_eq!(backend_state(&a, &bh_id).await.0, "active", "A has no active checks: it does not see the hang");
 
-    // M3 joins through B, which moves the room off the hung backend.
-    let (mut m3, on3, m3_join) = member(&b, &room).await;
-    let m3_admitted = Instant::now();
-    // Right away, the hung backend wakes: M2's handshake completes there.
-    bh.release();
-    let released = Instant::now();
+    // M3 joins through B, which moves the room off the hung backend. It must wait: A still has
+    // M1 there, and M2's handshake, which the frozen backend may yet accept when it wakes.
+    let b_url = b.ws_url(&format!("/ws/live/?room={room}"));
+    let m3 = tokio::spawn(async move {
+        let start = Instant::now();
+        let mut ws = ws_connect(&b_url, &[]).await;
+        let admitted = Instant::now();
+        let on = ws_backend(&mut ws).await;
+        (ws, on, admitted.duration_since(start), admitted)
+    });
+    // A learns of the move at its next sync and closes M1 (1012); M3 still waits for M2.
     let m1_close = close_of(&mut m1).await;
     let m1_closed = Instant::now();
+    let m3_waiting_at_m1_close = !m3.is_finished();
+    // The hung backend wakes: M2's handshake completes there, and A closes it at once.
+    bh.release();
+    let released = Instant::now();
     let (m2_ws, m2_open) = tokio::time::timeout(LIMIT, m2).await.expect("M2's handshake").unwrap();
     let (m2_close, m2_closed) = match m2_ws {
         Ok(mut ws) => (close_of(&mut ws).await, Instant::now()),
         Err(e) => (Err(format!("M2 got no WebSocket: {e}")), Instant::now()),
     };
+    let (mut m3, on3, m3_join, m3_admitted) = tokio::time::timeout(LIMIT, m3).await.expect("M3's join").unwrap();
     // A's members reconnect through A: to M3's backend.
     let (_r1, on_r1, r1_join) = member(&a, &room).await;
     let (_r2, on_r2, r2_join) = member(&a, &room).await;
@@ -285,6 +296,9 @@ async fn a_hung_backend_moves_its_room_only_after_every_replica_let_go() {
     let mut problems = Vec::new();
     if on3 == bh_id {
         problems.push(format!("M3 joined the hung backend {bh_id}"));
+    }
+    if !m3_waiting_at_m1_close {
+        problems.push("M3 was admitted while M2's handshake was still held at the hung backend".to_owned());
     }
     if m1_close != Ok(Some(1012)) {
         problems.push(format!("M1 (A's member on {bh_id}) ended with {m1_close:?}, not 1012"));
@@ -303,12 +317,12 @@ async fn a_hung_backend_moves_its_room_only_after_every_replica_let_go() {
     }
     let rel = |t: Instant| t.saturating_duration_since(hung);
     println!(
-        "case 2 (hung backend {bh_id}): B saw it down after {seen_down:?}; M3's join through B took {m3_join:?} \
-         (admitted at {:?} after the hang, on {on3}); M1 closed {:?} after M3's admission ({m1_close:?}); M2 \
+        "case 2 (hung backend {bh_id}): B saw it down after {seen_down:?}; M1 closed {:?} after the hang \
+         ({m1_close:?}); M3's join through B took {m3_join:?} (admitted at {:?} after the hang, on {on3}); M2 \
          open {:?} after the release, closed {:?} after it opened ({m2_close:?}); reconnects through A took \
          {r1_join:?} and {r2_join:?}; longest overlap {:?}",
+        rel(m1_closed),
         rel(m3_admitted),
-        m1_closed.saturating_duration_since(m3_admitted),
         m2_open.saturating_duration_since(released),
         m2_closed.saturating_duration_since(m2_open),
         judge::longest_overlap(&all)

@@ -54,6 +54,10 @@ use crate::throttle::Throttle;
 /// How often the sync loop looks for Redis while it is away (at most; `refresh / 4` if shorter).
 pub const AWAY_POLL: Duration = Duration::from_millis(100);
 
+/// The longest a claim waits for the connections still open on an old owner before it is
+/// released anyway.
+const RELEASE_AFTER: Duration = Duration::from_secs(70);
+
 /// Live rooms per refresh script call.
 const BATCH: usize = 500;
 
@@ -435,8 +439,10 @@ impl RoomDirectory for RedisDirectory {
         Box::pin(async move {
             // The claim stays while connections are still open on an old owner: sockets in their
             // close handshake, and handshakes still on their way (a frozen backend may yet accept
-            // one). Past the bound it goes anyway; unrenewed, it would expire soon after.
-            let deadline = Instant::now() + Duration::from_millis(self.lease_ms());
+            // one): the refresh renews it meanwhile. Past the bound it goes anyway: a handshake
+            // ends within `timeouts.connect` + `timeouts.upstream_response`, a closing socket
+            // within `timeouts.websocket_close`.
+            let deadline = Instant::now() + RELEASE_AFTER;
             let mut pause = Duration::from_millis(2);
             while self.local.moving(key) > 0 && Instant::now() < deadline {
                 tokio::time::sleep(pause).await;

@@ -15,27 +15,30 @@ impl RedisDirectory {
     pub(super) async fn refresh(&self) -> Option<Vec<(String, Arc<str>, Arc<str>)>> {
         let live = self.local.live_entries();
         let now_live: HashSet<&str> = live.iter().map(|e| e.key.as_str()).collect();
-        // A room whose sockets on an old owner are still closing after a move keeps its claim
-        // on that owner until they have ended (`release`), so it is not "gone" yet.
-        let gone: Vec<String> = lock(&self.published)
+        // A room whose connections on an old owner are still closing after a move (or whose
+        // handshakes are still on their way there) keeps its claim on that owner, renewed, until
+        // they have ended (`release`): it is not "gone" yet.
+        let (closing, gone): (Vec<String>, Vec<String>) = lock(&self.published)
             .iter()
-            .filter(|r| !now_live.contains(r.as_str()) && self.local.owner_if(r, true).is_none())
+            .filter(|r| !now_live.contains(r.as_str()))
             .cloned()
-            .collect();
+            .partition(|r| self.local.moving(r) > 0);
         let mut moves = Vec::new();
         let ttl = self.ttl_ms().to_string();
         let held_ttl = self.held_ttl_ms().to_string();
         let (lease, window) = (self.lease_ms().to_string(), self.rebuild_window_ms().to_string());
-        let calls = live.len().div_ceil(BATCH).max(gone.len().div_ceil(GONE_BATCH));
+        let calls = live.len().div_ceil(BATCH).max(gone.len().div_ceil(GONE_BATCH)).max(closing.len().div_ceil(BATCH));
         for call in 0..calls {
             let chunk = slice(&live, call, BATCH);
+            let closing_chunk = slice(&closing, call, BATCH);
             let gone_chunk = slice(&gone, call, GONE_BATCH);
             let mut inv = self.scripts.refresh.prepare_invoke();
             inv.arg(&self.settings.prefix).arg(&self.settings.replica).arg(&ttl).arg(&held_ttl);
-            inv.arg(&lease).arg(&window).arg(chunk.len());
+            inv.arg(&lease).arg(&window).arg(chunk.len()).arg(closing_chunk.len());
             for e in chunk {
                 inv.arg(&e.key).arg(&*e.owner).arg(e.version).arg(e.connections).arg(e.sockets);
             }
+            inv.arg(closing_chunk);
             inv.arg(gone_chunk);
             // Whether or not this call gets through, its live rooms may now be in `held`: they
             // are remembered, to be removed once they are idle. Gone rooms are forgotten only

@@ -111,8 +111,9 @@ return 0
 
 /// Refreshes (or re-asserts) the rooms this replica holds live, one SET per room, and renews its
 /// claims on them. ARGV: prefix, replica, room ttl ms, held ttl ms, lease ms, rebuild window ms,
-/// n, then n x (room, owner, version, connections, sockets), then the rooms this replica no
-/// longer holds. Returns per room "" (agreed) or the "owner version" this replica must follow:
+/// n, m, then n x (room, owner, version, connections, sockets), then m rooms whose connections on
+/// an old owner are still closing (their claims are renewed as they are), then the rooms this
+/// replica no longer holds. Returns per room "" (agreed) or the "owner version" this replica must follow:
 /// - a later version elsewhere is a move this replica has not seen: follow it (its claim on the
 ///   old owner stays until it has closed its sockets there and released it);
 /// - the same version with another owner is a room placed twice (an outage, or replicas that
@@ -123,12 +124,13 @@ return 0
 /// backend is a split: counted once per episode in `splits` (`split:{room}` marks it while it
 /// lasts).
 const REFRESH_BODY: &str = r"
-local p, me, ttl, held_ttl, lease, n = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[7])
+local p, me, ttl, held_ttl, lease = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local n, m = tonumber(ARGV[7]), tonumber(ARGV[8])
 rebuild_left(p, ARGV[6])
 local now = now_ms()
 local reps = redis.call('HKEYS', p .. 'replicas')
 local out, held = {}, {}
-local i = 8
+local i = 9
 for r = 1, n do
   local room, owner, ver, conns, socks = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
   i = i + 5
@@ -187,6 +189,14 @@ for r = 1, n do
   out[#out + 1] = result
 end
 local hk = p .. 'held:' .. me
+for j = 1, m do
+  local o, v, c, u, s = claim(redis.call('HGET', hk, ARGV[i]))
+  if o then
+    held[#held + 1] = ARGV[i]
+    held[#held + 1] = o .. ' ' .. v .. ' ' .. c .. ' ' .. (now + lease) .. ' ' .. s
+  end
+  i = i + 1
+end
 if #held > 0 then
   redis.call('HSET', hk, unpack(held))
 end
