@@ -529,3 +529,149 @@ async fn two_replicas_on_one_host_get_distinct_default_ids() {
         child.kill().await.unwrap();
     }
 }
+
+/// For the closing figures, not a check (the judge still is): a drain deadline moves 40 rooms
+/// with one member through each of `n` replicas, 2 and then 4. Reports how long members waited
+/// to rejoin (from their 1012 to their new socket's first answer) and how long the drain took
+/// (from the deadline to the last member back).
+/// `cargo test --release --test fleet_owner -- --ignored --nocapture move_figures`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn move_figures_with_two_and_four_replicas() {
+    for n in [2, 4] {
+        let redis = Redis::start().await;
+        let backends = backends(3).await;
+        let candidates: Vec<String> = (0..400).map(|i| format!("fig{i}")).collect();
+        let owners = placement_owners(&backends, &candidates).await;
+        let bd = backends[0].id.clone();
+        let rooms: Vec<String> =
+            candidates.iter().zip(&owners).filter(|(_, o)| **o == bd).map(|(r, _)| r.clone()).take(40).collect();
+        assert_eq!(rooms.len(), 40);
+        let list = backend_list(&backends);
+        let mut replicas = Vec::new();
+        for i in 0..n {
+            replicas.push(Proxy::start(&replica_config(&list, &redis, &format!("R{i}"), NO_SPREAD)).await);
+            // Out-of-step maintenance ticks, as separate pods have.
+            tokio::time::sleep(Duration::from_millis(250 / n as u64)).await;
+        }
+        for r in &replicas {
+            syncs(r, 1).await;
+        }
+        let mut members = Vec::new();
+        for room in &rooms {
+            for r in &replicas {
+                let (ws, on, _) = member(r, room).await;
+                assert_eq!(on, bd);
+                members.push((room.clone(), r.ws_url(&format!("/ws/live/?room={room}")), ws));
+            }
+        }
+        for r in &replicas {
+            syncs(r, 1).await;
+        }
+        let (status, body) =
+            admin_post(&replicas[0], &format!("/admin/backends/{bd}/drain"), r#"{"deadline":"1s"}"#).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let tasks: Vec<_> = members
+            .into_iter()
+            .map(|(_, url, mut ws)| {
+                tokio::spawn(async move {
+                    let code = close_of(&mut ws).await;
+                    let closed = Instant::now();
+                    let mut ws = ws_connect(&url, &[]).await;
+                    let on = ws_backend(&mut ws).await;
+                    (code, closed.elapsed(), Instant::now(), on, ws)
+                })
+            })
+            .collect();
+        let mut waits = Vec::new();
+        let mut last = deadline;
+        let mut kept = Vec::new();
+        for t in tasks {
+            let (code, wait, back, on, ws) = tokio::time::timeout(LIMIT, t).await.expect("member back").unwrap();
+            assert_eq!(code, Ok(Some(1012)));
+            assert_ne!(on, bd);
+            waits.push(wait);
+            last = last.max(back);
+            kept.push(ws);
+        }
+        let overlaps = judge::overlaps(&refs(&backends));
+        println!(
+            "drain deadline, 40 rooms x {n} replicas ({} sockets): rejoin waits {}; drain done {:?} after the deadline; overlaps {}",
+            40 * n,
+            summary(&waits),
+            last.saturating_duration_since(deadline),
+            overlaps.len()
+        );
+        assert!(overlaps.is_empty(), "{overlaps:?}");
+        drop(kept);
+        for r in replicas {
+            r.shutdown().await;
+        }
+    }
+}
+
+/// The claim itself, on the directory alone: replica A's claim on a backend holds B's members of
+/// the room once the room has moved elsewhere, until A releases it, and never longer than its
+/// lease (three refreshes) if A does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_holds_joins_until_released_and_no_longer_than_its_lease() {
+    use roomgate::directory::{MemoryDirectory, RedisDirectory, RedisSettings, ReplicaState, RoomDirectory};
+    use std::sync::Arc;
+    let redis = Redis::start().await;
+    redis.mark_in_use().await;
+    let refresh = Duration::from_millis(300);
+    let dir = |replica: &str| {
+        let settings = RedisSettings {
+            url: redis.url(),
+            prefix: "roomgate:".into(),
+            replica: replica.into(),
+            refresh,
+            timeout: Duration::from_millis(250),
+            ttl: Duration::from_secs(60),
+            ttl_unused: Duration::from_secs(5),
+            password: None,
+        };
+        RedisDirectory::new(settings, MemoryDirectory::new()).unwrap()
+    };
+    let (a, b) = (dir("A"), dir("B"));
+    let me = ReplicaState { epoch: 1, backends: vec![Arc::from("b0"), Arc::from("b1")] };
+    assert!(a.sync(&me).await.is_some() && b.sync(&me).await.is_some());
+    let (b0, b1): (Arc<str>, Arc<str>) = (Arc::from("b0"), Arc::from("b1"));
+    let set = async |record: &str| {
+        let _: () =
+            redis::cmd("SET").arg("roomgate:room:r").arg(record).query_async(&mut redis.conn().await).await.unwrap();
+    };
+
+    // A sends a member to b0 (its claim is written with the placement); then the room moves to
+    // b1 behind A's back (another replica's move).
+    let p = a.place_if_absent("r", &b0, true).await;
+    assert_eq!((&*p.owner, p.wait), ("b0", Duration::ZERO));
+    set("b1 2").await;
+    let held = b.place_if_absent("r", &b1, true).await;
+    assert_eq!(&*held.owner, "b1");
+    assert!(held.wait > Duration::ZERO && held.wait <= 3 * refresh, "B's member waits: {:?}", held.wait);
+    // A's handshake completes: the fleet's record says the room moved, A follows and lets go.
+    assert_eq!(a.confirm("r", &b0).await.as_deref(), Some("b1"));
+    a.release("r", "b0").await;
+    let free = b.place_if_absent("r", &b1, true).await;
+    assert_eq!((&*free.owner, free.wait), ("b1", Duration::ZERO), "released: B's member joins");
+
+    // A claim nobody releases (its replica froze) holds joins only until it expires.
+    let p = a.place_if_absent("s", &b0, true).await;
+    assert_eq!(p.wait, Duration::ZERO);
+    let _: () =
+        redis::cmd("SET").arg("roomgate:room:s").arg("b1 2").query_async(&mut redis.conn().await).await.unwrap();
+    let start = Instant::now();
+    let mut waited = None;
+    while start.elapsed() < LIMIT {
+        let p = b.place_if_absent("s", &b1, true).await;
+        if p.wait.is_zero() {
+            waited = Some(start.elapsed());
+            break;
+        }
+        tokio::time::sleep(p.wait.min(Duration::from_millis(50))).await;
+    }
+    let waited = waited.expect("the claim expired");
+    assert!(waited <= 3 * refresh + Duration::from_millis(100), "held {waited:?}, lease {:?}", 3 * refresh);
+}
