@@ -354,8 +354,8 @@ struct MemberReport {
     /// Handshake start to open, of the first socket (a new room waits out the rebuild window of
     /// a fresh Redis).
     first_join: Option<Duration>,
-    /// Handshake start to open, of each later socket.
-    joins: Vec<Duration>,
+    /// Handshake start to open, of each later socket, and when it opened.
+    joins: Vec<(Duration, Duration)>,
     /// Socket lost (not on the member's own initiative) to the next one open.
     gaps: Vec<Duration>,
     events: Vec<(Duration, String)>,
@@ -560,7 +560,7 @@ async fn member(
                 Opened::Ws(ws) => {
                     match r.opens {
                         0 => r.first_join = Some(start.elapsed()),
-                        _ => r.joins.push(start.elapsed()),
+                        _ => r.joins.push((at(Instant::now()), start.elapsed())),
                     }
                     socket = Some(ws);
                     break;
@@ -914,7 +914,7 @@ async fn churn_through_two_replicas_keeps_every_room_on_one_backend() {
         merge(&mut failed, &r.failed);
         merge(&mut closes, &r.closes);
         first_joins.extend(r.first_join);
-        joins.extend(&r.joins);
+        joins.extend(r.joins.iter().map(|(_, wait)| *wait));
         gaps.extend(&r.gaps);
         problems.extend(r.echo_problems.iter().map(|p| format!("echo: {p}")));
         match &r.end {
@@ -950,7 +950,11 @@ async fn churn_through_two_replicas_keeps_every_room_on_one_backend() {
         .map(|(i, d)| {
             let (from, to) = (begins[i], begins.get(i + 1).copied().unwrap_or(stopped));
             let n = moved_at.iter().filter(|t| (from..to).contains(*t)).count();
-            format!("{d}: {n} members closed 1012 until the next fault")
+            let waits: Vec<Duration> = reports
+                .iter()
+                .flat_map(|r| r.joins.iter().filter(|(t, _)| (from..to).contains(t)).map(|(_, wait)| *wait))
+                .collect();
+            format!("{d}: until the next fault, {n} members closed 1012, rejoin waits {}", summary(&waits))
         })
         .collect();
     println!("faults:\n  {}", windows.join("\n  "));
