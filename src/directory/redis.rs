@@ -365,9 +365,10 @@ impl RoomDirectory for RedisDirectory {
                 Some((owner, version, live, _)) => {
                     let owner = if *owner == **candidate { candidate.clone() } else { Arc::from(owner) };
                     let owner = self.local.adopt(key, &owner, version);
-                    if socket && !full {
+                    if socket {
                         // The claim may now be in `held`: the next sync removes it unless the
-                        // room is live here by then.
+                        // room is live here by then (also past the cap, where the handshake
+                        // may fail before the room is recorded).
                         lock(&self.published).insert(key.to_owned());
                     }
                     let live = live == 1 || self.local.owner_if(key, true).is_some();
