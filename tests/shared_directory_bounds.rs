@@ -179,6 +179,27 @@ async fn every_idle_room_leaves_held_even_thousands_at_once() {
     assert_eq!(calls(&a, "refresh"), refreshes + 2, "nothing left to remove: no call");
 }
 
+/// A WebSocket handshake writes this replica's claim on its room before it goes out. A client
+/// that opens handshakes for random rooms which never become sockets (the backend refuses them)
+/// leaves no claim behind after the next sync, below the cap and past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_of_handshakes_that_never_opened_leave_with_the_next_sync() {
+    let redis = Redis::start().await;
+    redis.mark_in_use().await;
+    for (cap, label) in [(100_000, "below the cap"), (10, "past the cap")] {
+        redis::cmd("DEL").arg("roomgate:held:A").query_async::<()>(&mut redis.conn().await).await.unwrap();
+        let a = directory(&redis, "A", MemoryDirectory::with_cap(cap, Default::default()));
+        assert!(a.sync(&me()).await.is_some());
+        for i in 0..500 {
+            let p = a.place_if_absent(&format!("never{i}"), &id("b0"), true).await;
+            assert_eq!(p.wait, Duration::ZERO);
+        }
+        assert_eq!(held(&redis, "A").await, 500, "{label}: one claim per handshake on its way");
+        assert!(a.sync(&me()).await.is_some());
+        assert_eq!(held(&redis, "A").await, 0, "{label}: every claim of a handshake that never opened is gone");
+    }
+}
+
 /// Waits (bounded) for `n` more completed directory syncs of `proxy`.
 async fn syncs(proxy: &Proxy, n: u64) {
     let mut rx = proxy.control.syncs();
