@@ -373,7 +373,9 @@ impl Control {
                     let wanted = Instant::now() + left;
                     let off =
                         current.map(|d| if d.deadline > wanted { d.deadline - wanted } else { wanted - d.deadline });
-                    if off.is_none_or(|off| off > Duration::from_secs(1)) {
+                    // A deadline passed here and in the fleet is the same drain, however long ago.
+                    let both_past = left.is_zero() && current.is_some_and(|d| d.deadline <= Instant::now());
+                    if !both_past && off.is_none_or(|off| off > Duration::from_secs(1)) {
                         backend.set_draining(left, false);
                         tracing::info!(backend = %backend.id, deadline_in = ?left, "drain started by another replica");
                     }
