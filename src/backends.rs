@@ -2,6 +2,7 @@
 //! draining (no new rooms; its live rooms stay until they empty or the deadline) or down (health
 //! checks failed; its rooms move to the next backend in their placement order).
 
+use crate::lock::lock;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -222,11 +223,6 @@ impl State {
             State::Down => "down",
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // The guarded values are plain data replaced whole: a poisoned lock still holds a valid one.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn now_ms() -> u64 {

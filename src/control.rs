@@ -3,6 +3,7 @@
 //! drain deadline and lets drained backends go. Every snapshot change goes through here, one at a
 //! time.
 
+use crate::lock::lock;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -471,8 +472,4 @@ impl Control {
             }
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -167,7 +167,7 @@ impl DemoBackend {
     }
 
     fn join(&self, room: &str, delta: i64) -> broadcast::Receiver<String> {
-        let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rooms = crate::lock::lock(&self.rooms);
         let r = rooms.entry(room.to_owned()).or_insert_with(|| Room {
             count: 0,
             members: 0,
@@ -180,7 +180,7 @@ impl DemoBackend {
     }
 
     fn bump(&self, room: &str) {
-        let mut rooms = self.rooms.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rooms = crate::lock::lock(&self.rooms);
         if let Some(r) = rooms.get_mut(room) {
             r.count += 1;
             let _ = r.updates.send(self.state(r));

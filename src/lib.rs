@@ -33,6 +33,7 @@ pub mod djust;
 pub mod error;
 pub mod health;
 pub mod limits;
+mod lock;
 pub mod metrics;
 pub mod placement;
 pub mod proxy;

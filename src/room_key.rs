@@ -202,7 +202,7 @@ impl FromStr for KeySource {
         }
         match kind {
             "header" => HeaderName::from_str(arg).map(KeySource::Header).map_err(|_| err("not a valid header name")),
-            "cookie" if arg.bytes().all(is_token_byte) => Ok(KeySource::Cookie(arg.to_owned())),
+            "cookie" if is_cookie_name(arg) => Ok(KeySource::Cookie(arg.to_owned())),
             "cookie" => Err(err("not a valid cookie name")),
             "query" => Ok(KeySource::Query(arg.to_owned())),
             "path" => room_regex(arg).map(KeySource::Path).map_err(|why| err(&why)),
@@ -234,8 +234,10 @@ fn room_regex(pattern: &str) -> Result<Regex, String> {
     Ok(re)
 }
 
-fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+/// A cookie name as RFC 6265 allows it: an RFC 7230 token (visible ASCII without separators).
+/// The one check of every cookie name in the config (key sources and `affinity_cookie`).
+pub fn is_cookie_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// The raw value of cookie `name` in the request's Cookie headers, the first if there are

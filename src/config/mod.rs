@@ -608,9 +608,7 @@ impl Validator<'_> {
             self.route_mode_rules(i, &r)?;
             if let Some(cookie) = &r.affinity_cookie {
                 let name = cookie.get_ref();
-                if name.is_empty()
-                    || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-                {
+                if !crate::room_key::is_cookie_name(name) {
                     return Err(
                         self.err(cookie, format!("routes[{i}].affinity_cookie = {name:?} is not a valid cookie name"))
                     );

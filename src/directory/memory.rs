@@ -224,7 +224,7 @@ impl MemoryDirectory {
         let i = xxhash_rust::xxh3::xxh3_64(key.as_bytes()) as usize % SHARDS;
         // Entries are updated field by field without invariants spanning a panic: a poisoned
         // shard is still consistent enough to serve.
-        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+        crate::lock::lock(&self.shards[i])
     }
 
     /// Applies `f` to the room's entry, created with `owner` if absent and the cap allows it (or
@@ -266,7 +266,7 @@ impl MemoryDirectory {
 
     fn each(&self, mut f: impl FnMut(&str, &Entry)) {
         for shard in self.shards.iter() {
-            let map = shard.lock().unwrap_or_else(|p| p.into_inner());
+            let map = crate::lock::lock(shard);
             for (k, e) in map.iter() {
                 f(k, e);
             }
@@ -359,7 +359,7 @@ impl RoomDirectory for MemoryDirectory {
         let now = Instant::now();
         let mut removed = 0;
         for shard in self.shards.iter() {
-            let mut map = shard.lock().unwrap_or_else(|p| p.into_inner());
+            let mut map = crate::lock::lock(shard);
             let before = map.len();
             map.retain(|_, e| match e.idle_since {
                 None => true,

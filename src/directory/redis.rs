@@ -32,7 +32,9 @@
 mod fleet;
 mod refresh;
 mod scripts;
+mod wire;
 
+use crate::lock::lock;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -419,7 +421,7 @@ impl RoomDirectory for RedisDirectory {
             let room = self.key("room:", key);
             let record: Option<String> =
                 self.call(&self.calls.confirm, async |c| redis::cmd("GET").arg(&room).query_async(c).await).await?;
-            let (fleet_owner, version) = parse_record(record.as_deref()?)?;
+            let wire::Record { owner: fleet_owner, version } = wire::Record::parse(record.as_deref()?)?;
             if fleet_owner == &**owner {
                 return None;
             }
@@ -462,7 +464,7 @@ impl RoomDirectory for RedisDirectory {
         if let Some(version) = entered.first_socket {
             let mut queue = lock(&self.first_sockets);
             if queue.len() < FIRST_SOCKETS {
-                queue.push((key.to_owned(), format!("{owner} {version}")));
+                queue.push((key.to_owned(), wire::Record { owner, version }.to_string()));
             }
         }
         true
@@ -535,14 +537,4 @@ impl RoomDirectory for RedisDirectory {
     fn render_metrics(&self, out: &mut String) {
         self.metrics_text(out);
     }
-}
-
-/// "owner version" as Redis records it.
-fn parse_record(record: &str) -> Option<(&str, u64)> {
-    let (owner, version) = record.split_once(' ')?;
-    Some((owner, version.parse().ok()?))
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -7,6 +7,7 @@
 mod resolve;
 pub mod srv;
 
+use crate::lock::lock;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -216,9 +217,4 @@ pub async fn first_round(control: &Control) {
     if waited.is_err() {
         tracing::warn!(timeout = ?limit, "DNS discovery has not answered yet; serving with the backends there are");
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // The guarded map is replaced entry by entry: a poisoned lock still holds a valid one.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

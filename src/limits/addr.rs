@@ -1,6 +1,7 @@
 //! Client addresses as `limits.max_connections_per_ip` counts them: the key an address counts
 //! under, the client a trusted proxy forwarded, and the map of addresses with open connections.
 
+use crate::lock::lock;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -131,11 +132,6 @@ impl PerAddress {
         };
         lock(&self.shards[(bits ^ (bits >> 8) ^ (bits >> 16)) as usize % SHARDS])
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Counts only: a poisoned lock still holds valid ones.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

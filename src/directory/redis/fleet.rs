@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
 
-use super::{RedisDirectory, lock, parse_record};
+use super::wire::{Beat, Claim, Record};
+use super::{RedisDirectory, lock};
 use crate::directory::{ReplicaState, unix_ms};
 
 #[derive(Clone, Debug, Default)]
@@ -21,8 +22,8 @@ impl RedisDirectory {
     pub(super) async fn heartbeat(&self, me: &ReplicaState) -> Option<HashMap<String, u64>> {
         let now = unix_ms();
         let refresh_ms = self.settings.refresh.as_millis() as u64;
-        let backends: Vec<&str> = me.backends.iter().map(|b| &**b).collect();
-        let beat = format!("{} {now} {}", me.epoch, backends.join(","));
+        let beat = Beat { epoch: me.epoch, seen_ms: now, backends: me.backends.iter().map(|b| &**b).collect() };
+        let beat = beat.to_string();
         let replicas_key = self.key("replicas", "");
         let mut pipe = redis::pipe();
         pipe.cmd("HSET").arg(&replicas_key).arg(&self.settings.replica).arg(&beat).ignore();
@@ -40,7 +41,7 @@ impl RedisDirectory {
         // Replicas gone for good leave the heartbeat hash (their `held` hashes have expired).
         let dead: Vec<&String> = beats
             .iter()
-            .filter(|(_, beat)| beat_age(beat, now).is_none_or(|age| age > self.ttl_ms().max(10 * refresh_ms)))
+            .filter(|(_, beat)| Beat::parse(beat).is_none_or(|b| b.age(now) > self.ttl_ms().max(10 * refresh_ms)))
             .map(|(replica, _)| replica)
             .collect();
         if !dead.is_empty() {
@@ -52,13 +53,10 @@ impl RedisDirectory {
         let mut replicas: Vec<Value> = beats
             .iter()
             .filter_map(|(replica, beat)| {
-                let mut parts = beat.splitn(3, ' ');
-                let epoch: u64 = parts.next()?.parse().ok()?;
-                let seen: u64 = parts.next()?.parse().ok()?;
-                let backends: Vec<&str> = parts.next().unwrap_or("").split(',').filter(|b| !b.is_empty()).collect();
-                (now.saturating_sub(seen) <= 3 * refresh_ms).then(|| {
-                    json!({ "replica": replica, "epoch": epoch, "backends": backends, "seen_ms_ago": now.saturating_sub(seen) })
-                })
+                let Beat { epoch, seen_ms, backends } = Beat::parse(beat)?;
+                let ago = now.saturating_sub(seen_ms);
+                (ago <= 3 * refresh_ms)
+                    .then(|| json!({ "replica": replica, "epoch": epoch, "backends": backends, "seen_ms_ago": ago }))
             })
             .collect();
         replicas.sort_by(|a, b| a["replica"].as_str().cmp(&b["replica"].as_str()));
@@ -93,15 +91,19 @@ impl RedisDirectory {
         }
         let mut answers: Vec<Option<String>> = self.call(&self.calls.read, async |c| pipe.query_async(c).await).await?;
         let record = answers.remove(0);
-        let (owner, version) = record.as_deref().and_then(parse_record).unzip();
+        let (owner, version) = record.as_deref().and_then(Record::parse).map(|r| (r.owner, r.version)).unzip();
         let replicas: serde_json::Map<String, Value> = names
             .into_iter()
             .zip(answers)
             .filter_map(|(replica, held)| {
-                let held = held?;
-                let mut parts = held.split(' ');
-                let (backend, version, conns) = (parts.next()?, parts.next()?, parts.next()?);
-                let v = json!({ "backend": backend, "version": version.parse::<u64>().ok(), "connections": conns.parse::<u64>().ok() });
+                let c = Claim::parse(held.as_deref()?)?;
+                let v = json!({
+                    "backend": c.owner,
+                    "version": c.version,
+                    "connections": c.connections,
+                    "sockets": c.sockets,
+                    "until_ms": c.until_ms,
+                });
                 Some((replica, v))
             })
             .collect();
@@ -175,10 +177,4 @@ impl RedisDirectory {
         let _ = writeln!(out, "# TYPE roomgate_fleet_split_rooms counter");
         let _ = writeln!(out, "roomgate_fleet_split_rooms_total {}", fleet.splits);
     }
-}
-
-/// How long ago a heartbeat ("epoch seen_ms backends") was sent.
-fn beat_age(beat: &str, now: u64) -> Option<u64> {
-    let seen: u64 = beat.split(' ').nth(1)?.parse().ok()?;
-    Some(now.saturating_sub(seen))
 }

@@ -5,7 +5,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{BATCH, GONE_BATCH, RedisDirectory, lock, parse_record};
+use super::wire::Record;
+use super::{BATCH, GONE_BATCH, RedisDirectory, lock};
 
 impl RedisDirectory {
     /// Publishes the rooms held live here and removes from `held:{replica}` those no longer
@@ -51,7 +52,7 @@ impl RedisDirectory {
             }
             drop(published);
             for (e, answer) in chunk.iter().zip(answers) {
-                let Some((owner, version)) = parse_record(&answer) else { continue };
+                let Some(Record { owner, version }) = Record::parse(&answer) else { continue };
                 let to: Arc<str> = Arc::from(owner);
                 if to == e.owner {
                     self.local.set_version(&e.key, &e.owner, version);
