@@ -6,11 +6,11 @@
 use crate::lock::lock;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::backends::{Backend, Drain};
+use crate::clock::unix_ms;
 use crate::config::{BackendSpec, Config, ConfigError, Discovery};
-use crate::directory::unix_ms;
 use crate::discovery::{Failure, Registry};
 use crate::proxy::Gateway;
 use crate::snapshot::Diff;
@@ -212,7 +212,7 @@ impl Control {
     }
 
     fn record(&self, ok: bool, error: Option<String>) {
-        let at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let at = crate::clock::unix_secs();
         let epoch = self.gateway.snapshot().epoch;
         *lock(&self.last_reload) = Some(ReloadStatus { ok, error, at, epoch });
     }

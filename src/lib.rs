@@ -24,6 +24,7 @@
 
 pub mod admin;
 pub mod backends;
+mod clock;
 pub mod config;
 pub mod control;
 pub mod demo;
@@ -41,6 +42,7 @@ pub mod relay;
 pub mod room_key;
 pub mod server;
 pub mod snapshot;
+mod table;
 pub mod throttle;
 pub mod tls;
 

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
 
+use crate::table::shrink;
+
 use super::cap::{Cap, DEFAULT_MAX_ROOMS};
 use super::{BoxFuture, Placement, Reassigned, Retention, RoomDirectory, RoomInfo, Use};
 
@@ -383,14 +385,6 @@ impl RoomDirectory for MemoryDirectory {
 
     fn status(&self) -> serde_json::Value {
         serde_json::json!({ "backend": "memory", "max_rooms": self.cap.max(), "over_cap": self.cap.over_cap() })
-    }
-}
-
-/// Gives a table's memory back once it holds a quarter of what it has room for: after a burst of
-/// rooms or sockets closes, the table would otherwise keep its peak size for good.
-pub(crate) fn shrink<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
-    if map.capacity() > 64 && map.len() * 4 < map.capacity() {
-        map.shrink_to(map.len() * 2);
     }
 }
 

@@ -22,7 +22,6 @@ use std::time::Duration;
 use serde::Serialize;
 
 pub use cap::DEFAULT_MAX_ROOMS;
-pub(crate) use memory::shrink;
 pub use memory::{Entered, LiveEntry, MemoryDirectory};
 pub use redis::{AWAY_POLL, RedisDirectory, RedisSettings};
 
@@ -217,13 +216,6 @@ pub fn default_replica() -> String {
         0 => id,
         n => format!("{id}-{}", n + 1),
     }
-}
-
-/// Wall-clock milliseconds since the Unix epoch: the time base of what replicas share (drain
-/// deadlines, heartbeats).
-pub(crate) fn unix_ms() -> u64 {
-    use std::time::{SystemTime, UNIX_EPOCH};
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Counts one connection of a room for as long as it lives (if the directory counted it).

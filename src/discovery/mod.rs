@@ -18,9 +18,9 @@ use tokio_util::task::AbortOnDropHandle;
 pub use resolve::SrvResolver;
 pub use srv::{Failure, Shadowed};
 
+use crate::clock::unix_ms;
 use crate::config::{BackendSpec, Config, Discovery};
 use crate::control::Control;
-use crate::directory::unix_ms;
 use crate::metrics::Metrics;
 
 /// Every entry's last good set and how its resolutions went.

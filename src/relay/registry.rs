@@ -291,8 +291,8 @@ impl Drop for Registration {
                 open.by_room.remove(room);
             }
         }
-        crate::directory::shrink(&mut open.by_id);
-        crate::directory::shrink(&mut open.by_room);
+        crate::table::shrink(&mut open.by_id);
+        crate::table::shrink(&mut open.by_room);
         if open.by_id.is_empty() {
             self.tunnels.emptied.notify_waiters();
         }

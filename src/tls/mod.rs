@@ -7,9 +7,9 @@
 mod certs;
 mod names;
 
+use crate::clock::unix_secs as unix_now;
 use crate::lock::lock;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use rustls::ServerConfig;
@@ -264,10 +264,6 @@ fn fingerprint(read: &Result<(Vec<u8>, Vec<u8>), CertError>) -> u128 {
 fn not_after_text(unix: i64) -> Option<String> {
     let at = time::OffsetDateTime::from_unix_timestamp(unix).ok()?;
     at.format(&time::format_description::well_known::Rfc3339).ok()
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]

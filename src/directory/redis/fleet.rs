@@ -8,7 +8,8 @@ use serde_json::{Value, json};
 
 use super::wire::{Beat, Claim, Record};
 use super::{RedisDirectory, lock};
-use crate::directory::{ReplicaState, unix_ms};
+use crate::clock::unix_ms;
+use crate::directory::ReplicaState;
 
 #[derive(Clone, Debug, Default)]
 pub(super) struct Fleet {
