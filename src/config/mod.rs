@@ -281,8 +281,20 @@ impl Config {
             line: (span != (0..0)).then(|| line_of(text, span.start)),
             message,
         };
-        let file: file::File =
-            toml::from_str(text).map_err(|e| at(e.span().unwrap_or(0..0), e.message().to_owned()))?;
+        let parsed =
+            toml::Deserializer::parse(text).map_err(|e| at(e.span().unwrap_or(0..0), e.message().to_owned()))?;
+        // The error names the key it is about (`routes[0].mode: unknown variant ...`).
+        let file: file::File = serde_path_to_error::deserialize(parsed).map_err(|e| {
+            let path = key_path(e.path());
+            let inner = e.into_inner();
+            let message = inner.message().trim_end();
+            let message = if path.is_empty() || message.starts_with(&path) {
+                message.to_owned()
+            } else {
+                format!("{path}: {message}")
+            };
+            at(inner.span().unwrap_or(0..0), message)
+        })?;
         Validator { at: &at }.config(file, origin)
     }
 
@@ -655,6 +667,27 @@ impl Validator<'_> {
 
 /// This replica's id when the config sets none: the host name (a Kubernetes pod's name), else
 /// `roomgate-<pid>`.
+/// A key path as the config file spells it (`routes[0].mode`), without the wrappers that carry
+/// spans.
+fn key_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } if key.starts_with("$__serde_spanned") => {}
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Segment::Unknown => {}
+        }
+    }
+    out
+}
+
 /// `host:port` to one address: IP literals directly, names through the system resolver.
 fn resolve(text: &str) -> Result<SocketAddr, String> {
     if let Ok(addr) = text.parse::<SocketAddr>() {

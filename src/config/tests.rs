@@ -322,3 +322,29 @@ fn tls_mistakes_are_config_errors() {
         assert!(e.message.contains(expected), "{section:?}: {e}");
     }
 }
+
+/// Every error names the key it is about, as the file spells it: unknown enum variants, type
+/// mismatches, unknown fields and bad values alike.
+#[test]
+fn every_error_names_its_key_path() {
+    let backend = "[[backends]]\nid = \"a\"\naddr = \"127.0.0.1:1\"\n";
+    let cases = [
+        (format!("{backend}[[routes]]\nprefix = \"/\"\nmode = \"roooom\"\n"), "routes[0].mode: unknown variant"),
+        ("[server]\nlisten = 5\n".to_owned(), "server.listen: invalid type: integer"),
+        (format!("{backend}[timeouts]\nconnect = \"5 parsecs\"\n"), "timeouts.connect: invalid duration"),
+        (
+            "[[backends]]\nid = \"a\"\naddr = \"127.0.0.1:1\"\nbogus = 1\n".to_owned(),
+            "backends[0].bogus: unknown field",
+        ),
+        (
+            format!("{backend}[[routes]]\nprefix = \"/x\"\nmode = \"room\"\nkeys = [\"query:r\", \"cookie:a b\"]\n"),
+            "routes[0].keys[1]: invalid key source",
+        ),
+        (format!("{backend}[placement]\nalgorithm = 3\n"), "placement.algorithm: invalid type"),
+    ];
+    for (text, wanted) in cases {
+        let e = err(&text);
+        assert!(e.message.starts_with(wanted), "{text:?}: {e}");
+        assert!(e.line.is_some(), "{text:?}: {e} has no line");
+    }
+}
