@@ -1,5 +1,5 @@
-//! Health: active HTTP checks of every backend (`[health] path`), and the log line and metric of
-//! every transition, whether a check or the request path (passive checks) saw it.
+//! Health: active HTTP checks of every backend (`[health] path`). Every transition, whether a
+//! check or the request path (passive checks) saw it, is logged and counted by `Metrics`.
 //!
 //! A down backend takes no traffic; its rooms move, one by one as they are next used, to the next
 //! backend in their placement order (`Gateway::owner`). When it comes back, rooms that moved stay
@@ -16,17 +16,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::task::JoinSet;
 
-use crate::backends::{Backend, Transition};
+use crate::backends::Backend;
 use crate::proxy::Gateway;
-
-/// Logs and counts a health transition.
-pub fn log_transition(gateway: &Gateway, backend: &Arc<Backend>, t: Transition, seen_by: &str) {
-    gateway.metrics.health_transition(&backend.id, t);
-    match t {
-        Transition::WentDown => tracing::warn!(backend = %backend.id, addr = %backend.addr, seen_by, "backend down"),
-        Transition::CameUp => tracing::info!(backend = %backend.id, addr = %backend.addr, seen_by, "backend up"),
-    }
-}
 
 /// Checks every backend once per `[health] interval` while `[health] path` is set, reading the
 /// settings afresh each round so that reloads apply. Runs until the task is dropped.
@@ -49,7 +40,7 @@ pub async fn run_checks(gateway: Arc<Gateway>) {
                 let ok = check(&client, &backend, &path, h.timeout).await;
                 let t = if ok { backend.record_success(h.rise) } else { backend.record_failure(h.fall, h.cooldown) };
                 if let Some(t) = t {
-                    log_transition(&gateway, &backend, t, "active check");
+                    gateway.metrics.health_transition(&backend, t, "active check");
                 }
             });
         }

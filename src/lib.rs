@@ -22,6 +22,7 @@
 
 #![forbid(unsafe_code)]
 
+mod accept;
 pub mod admin;
 pub mod backends;
 mod clock;

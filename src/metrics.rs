@@ -12,7 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::backends::Transition;
+use crate::backends::{Backend, Transition};
 use crate::directory::RoomDirectory;
 use crate::snapshot::Snapshot;
 use crate::tls::Tls;
@@ -237,12 +237,20 @@ impl Metrics {
         self.reloads.get_or_create(&ResultLabel { result: if ok { "ok" } else { "failed" } }).inc();
     }
 
-    pub fn health_transition(&self, backend: &Arc<str>, t: Transition) {
+    /// Counts and logs a health transition, whether an active check or the request path
+    /// (passive checks, `seen_by`) saw it.
+    pub fn health_transition(&self, backend: &Backend, t: Transition, seen_by: &str) {
         let to = match t {
             Transition::WentDown => "down",
             Transition::CameUp => "up",
         };
-        self.health.get_or_create(&TransitionLabels { backend: backend.clone(), to }).inc();
+        self.health.get_or_create(&TransitionLabels { backend: backend.id.clone(), to }).inc();
+        match t {
+            Transition::WentDown => {
+                tracing::warn!(backend = %backend.id, addr = %backend.addr, seen_by, "backend down")
+            }
+            Transition::CameUp => tracing::info!(backend = %backend.id, addr = %backend.addr, seen_by, "backend up"),
+        }
     }
 
     /// The text exposition: registered metrics, then gauges read from the live state.

@@ -72,7 +72,7 @@ pub async fn serve_with(listener: TcpListener, control: Arc<Control>, stop: Canc
         tracing::info!(%addr, "admin API listening");
     }
     let lanes = Arc::new(Lanes::new(options));
-    while let Some((stream, peer)) = crate::server::accept(&listener, &stop).await {
+    while let Some((stream, peer)) = crate::accept::accept(&listener, &stop).await {
         // Read at every accept, so that a reload of admin.max_connections applies to new connections.
         let cap = control.gateway().snapshot().config.admin.max_connections;
         if let Some(full) = lanes.full_slot(cap) {

@@ -282,7 +282,7 @@ impl Gateway {
             Err(_) => None,
         };
         if let Some(t) = transition {
-            crate::health::log_transition(self, backend, t, "requests");
+            self.metrics.health_transition(backend, t, "requests");
         }
     }
 
