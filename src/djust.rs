@@ -20,7 +20,7 @@ use regex::Regex;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::room_key::{self, KeyProblem};
+use crate::room_key::{self, KeyProblem, unquote};
 
 /// What a client message does to the page the socket shows.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,31 +167,6 @@ fn url_path(url: &str) -> &str {
 /// The part of a URI before its query or fragment.
 fn path_of(uri: &str) -> &str {
     &uri[..uri.find(['?', '#']).unwrap_or(uri.len())]
-}
-
-/// Python's `urllib.parse.unquote`: every `%XX` with two hex digits decoded once, anything else
-/// kept, the bytes read as UTF-8 with invalid sequences replaced.
-pub fn unquote(text: &str) -> String {
-    if !text.contains('%') {
-        return text.to_owned();
-    }
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: Option<&u8>| b.and_then(|b| (*b as char).to_digit(16));
-        match (bytes[i], hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) {
-            (b'%', Some(hi), Some(lo)) => {
-                out.push((hi * 16 + lo) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The room of a page (already decoded, see [`mount_page`]) by a `djust:` source's regex: the

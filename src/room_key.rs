@@ -4,6 +4,8 @@
 //! unit-tested and fuzzed.
 
 mod decode;
+
+pub use decode::unquote;
 mod read;
 
 use std::borrow::Cow;

@@ -36,7 +36,7 @@ pub(super) fn check_head(req: &Request<Incoming>, config: &Config) -> Result<(),
 pub(super) fn route<'c>(config: &'c Config, path: &str) -> Result<(usize, &'c Route), ClientError> {
     let found = config.route_for(path).ok_or(ClientError::NoRoute)?;
     if path.contains('%') {
-        let decoded = crate::djust::unquote(path);
+        let decoded = crate::room_key::unquote(path);
         if config.route_for(&decoded).map(|(i, _)| i) != Some(found.0) {
             return Err(ClientError::Ambiguous("the path decodes to another route's prefix".to_owned()));
         }

@@ -1,12 +1,12 @@
 //! Percent-decoding of what carries a room key, as the backend decodes it: strictly for key
 //! values and paths (anything a backend could decode otherwise is refused), and exactly as
-//! Python's `parse_qsl` does for query parameter names.
+//! Python's `parse_qsl` does for query parameter names; and Python's lenient `unquote`, as djust
+//! reads the page a mount frame names.
 
 use std::borrow::Cow;
 
 use super::read::Refusal;
 use super::{Ambiguity, KeyProblem};
-use crate::djust;
 
 /// Strict percent-decoding: `%` must be followed by two hex digits, and the result must be
 /// UTF-8.
@@ -43,7 +43,7 @@ pub(super) fn query_name_is(raw: &str, name: &str) -> bool {
     if raw.len() < name.len() {
         return false;
     }
-    djust::unquote(&raw.replace('+', " ")) == name
+    unquote(&raw.replace('+', " ")) == name
 }
 
 fn decode(raw: &str, plus_is_space: bool, slash_is_ambiguous: bool) -> Result<Cow<'_, str>, Refusal> {
@@ -100,6 +100,31 @@ pub(super) fn has_dot_segment(path: &str) -> bool {
         return false;
     }
     path.split('/').any(|segment| segment == "." || segment == "..")
+}
+
+/// Python's `urllib.parse.unquote`: every `%XX` with two hex digits decoded once, anything else
+/// kept, the bytes read as UTF-8 with invalid sequences replaced.
+pub fn unquote(text: &str) -> String {
+    if !text.contains('%') {
+        return text.to_owned();
+    }
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: Option<&u8>| b.and_then(|b| (*b as char).to_digit(16));
+        match (bytes[i], hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
