@@ -2,7 +2,6 @@
 //! draining (no new rooms; its live rooms stay until they empty or the deadline) or down (health
 //! checks failed; its rooms move to the next backend in their placement order).
 
-use crate::lock::lock;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -13,6 +12,7 @@ use http::uri::Authority;
 use crate::config::BackendSpec;
 use crate::error::LimitError;
 use crate::limits::MAX_CONNECTIONS_PER_BACKEND;
+use crate::lock::lock;
 
 /// One backend process.
 #[derive(Debug)]

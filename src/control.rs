@@ -3,7 +3,6 @@
 //! drain deadline and lets drained backends go. Every snapshot change goes through here, one at a
 //! time.
 
-use crate::lock::lock;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -12,6 +11,7 @@ use crate::backends::{Backend, Drain};
 use crate::clock::unix_ms;
 use crate::config::{BackendSpec, Config, ConfigError, Discovery};
 use crate::discovery::{Failure, Registry};
+use crate::lock::lock;
 use crate::proxy::Gateway;
 use crate::snapshot::Diff;
 use crate::tls::Tls;

@@ -250,16 +250,6 @@ fn busiest(backends: &[TestBackend]) -> (usize, BTreeSet<String>) {
     (i, live[&backends[i].id].clone())
 }
 
-fn summary(waits: &[Duration]) -> String {
-    let mut v = waits.to_vec();
-    v.sort();
-    if v.is_empty() {
-        return "none".into();
-    }
-    let pct = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
-    format!("n={} p50 {:?} p99 {:?} max {:?}", v.len(), pct(0.5), pct(0.99), v[v.len() - 1])
-}
-
 fn count<K: Ord>(map: &mut BTreeMap<K, u64>, key: K) {
     *map.entry(key).or_default() += 1;
 }

@@ -145,17 +145,6 @@ async fn try_connect(url: &str) -> Result<Ws, String> {
     }
 }
 
-/// "n, p50, p99, max" of some durations.
-fn summary(waits: &[Duration]) -> String {
-    let mut v = waits.to_vec();
-    v.sort();
-    if v.is_empty() {
-        return "none".into();
-    }
-    let pct = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
-    format!("n={} p50 {:?} p99 {:?} max {:?}", v.len(), pct(0.5), pct(0.99), v[v.len() - 1])
-}
-
 fn refs(backends: &[TestBackend]) -> Vec<&TestBackend> {
     backends.iter().collect()
 }
@@ -443,7 +432,6 @@ async fn a_drain_deadline_moves_each_room_as_a_whole_across_replicas() {
 /// an id: they would write the same `held:` hash and count as one replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_on_one_host_get_distinct_default_ids() {
-    use tokio::io::{AsyncBufReadExt, BufReader};
     let redis = Redis::start().await;
     let backends = backends(2).await;
     let list = backend_list(&backends);
@@ -463,28 +451,7 @@ async fn two_replicas_on_one_host_get_distinct_default_ids() {
         let text = config(&list, ROUTES, &extra).replace("level = \"warn\"", "level = \"info\"");
         let path = dir.path().join(format!("replica{i}.toml"));
         std::fs::write(&path, text).unwrap();
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_roomgate"))
-            .args(["run", "--workers", "1", "--config"])
-            .arg(&path)
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let admin = tokio::time::timeout(LIMIT, async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if line.contains("admin API listening")
-                    && let Some(at) = line.split("addr=").nth(1).and_then(|a| a.split_whitespace().next())
-                {
-                    return at.to_owned();
-                }
-            }
-            panic!("roomgate exited before its admin API listened");
-        })
-        .await
-        .expect("the admin API listens");
-        // Keep reading its log, so that it never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let (child, _, admin) = spawn_roomgate(&path).await;
         children.push(child);
         admins.push(admin);
     }

@@ -412,7 +412,6 @@ async fn draining_200_live_rooms() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_and_sigterm_closes_every_socket_with_1001() {
-    use tokio::io::{AsyncBufReadExt, BufReader};
     let backends = backends(2).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("roomgate.toml");
@@ -421,32 +420,7 @@ async fn sighup_reloads_and_sigterm_closes_every_socket_with_1001() {
     let text =
         |n: usize| config(&backend_list(&backends)[..n], ROUTES, extra).replace("level = \"warn\"", "level = \"info\"");
     std::fs::write(&path, text(1)).unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_roomgate"))
-        .args(["run", "--workers", "1", "--config"])
-        .arg(&path)
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    // The proxy logs the addresses it bound; wait for those lines.
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let (addr, admin) = tokio::time::timeout(LIMIT, async {
-        let (mut addr, mut admin) = (None, None);
-        while let Some(line) = lines.next_line().await.unwrap() {
-            let Some(at) = line.split("addr=").nth(1).and_then(|a| a.split_whitespace().next()) else { continue };
-            if line.contains("admin API listening") {
-                admin = Some(at.to_owned());
-            } else if line.contains("listening") {
-                addr = Some(at.to_owned());
-            }
-            if let (Some(a), Some(b)) = (&addr, &admin) {
-                return (a.clone(), b.clone());
-            }
-        }
-        panic!("roomgate exited before listening");
-    })
-    .await
-    .unwrap();
+    let (mut child, addr, admin) = spawn_roomgate(&path).await;
     let pid = child.id().unwrap().to_string();
     // SIGHUP reloads the file (the watcher is off here): a second backend appears.
     std::fs::write(&path, text(2)).unwrap();
@@ -469,8 +443,6 @@ async fn sighup_reloads_and_sigterm_closes_every_socket_with_1001() {
         echo_ok(&mut ws, "hi").await;
         sockets.push(ws);
     }
-    // Drain stderr so the process never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     let started = Instant::now();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     for ws in &mut sockets {

@@ -5,6 +5,7 @@ mod describe;
 mod discovery;
 mod duration;
 mod file;
+mod key_path;
 mod secret;
 mod tls;
 
@@ -285,7 +286,7 @@ impl Config {
             toml::Deserializer::parse(text).map_err(|e| at(e.span().unwrap_or(0..0), e.message().to_owned()))?;
         // The error names the key it is about (`routes[0].mode: unknown variant ...`).
         let file: file::File = serde_path_to_error::deserialize(parsed).map_err(|e| {
-            let path = key_path(e.path());
+            let path = key_path::of(e.path());
             let inner = e.into_inner();
             let message = inner.message().trim_end();
             let message = if path.is_empty() || message.starts_with(&path) {
@@ -667,27 +668,6 @@ impl Validator<'_> {
 
 /// This replica's id when the config sets none: the host name (a Kubernetes pod's name), else
 /// `roomgate-<pid>`.
-/// A key path as the config file spells it (`routes[0].mode`), without the wrappers that carry
-/// spans.
-fn key_path(path: &serde_path_to_error::Path) -> String {
-    use serde_path_to_error::Segment;
-    let mut out = String::new();
-    for segment in path.iter() {
-        match segment {
-            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
-            Segment::Map { key } if key.starts_with("$__serde_spanned") => {}
-            Segment::Map { key } | Segment::Enum { variant: key } => {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(key);
-            }
-            Segment::Unknown => {}
-        }
-    }
-    out
-}
-
 /// `host:port` to one address: IP literals directly, names through the system resolver.
 fn resolve(text: &str) -> Result<SocketAddr, String> {
     if let Ok(addr) = text.parse::<SocketAddr>() {

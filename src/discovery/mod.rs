@@ -7,7 +7,6 @@
 mod resolve;
 pub mod srv;
 
-use crate::lock::lock;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,6 +20,7 @@ pub use srv::{Failure, Shadowed};
 use crate::clock::unix_ms;
 use crate::config::{BackendSpec, Config, Discovery};
 use crate::control::Control;
+use crate::lock::lock;
 use crate::metrics::Metrics;
 
 /// Every entry's last good set and how its resolutions went.

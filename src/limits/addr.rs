@@ -1,7 +1,6 @@
 //! Client addresses as `limits.max_connections_per_ip` counts them: the key an address counts
 //! under, the client a trusted proxy forwarded, and the map of addresses with open connections.
 
-use crate::lock::lock;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -10,6 +9,7 @@ use std::sync::Mutex;
 use http::HeaderMap;
 use ipnet::IpNet;
 
+use crate::lock::lock;
 use crate::proxy::headers::{X_FORWARDED_FOR, is_trusted};
 
 /// What one client is, for the per-address limit: an IPv4 address (an IPv4-mapped IPv6 one

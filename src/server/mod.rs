@@ -3,7 +3,6 @@
 
 mod conn;
 
-use crate::accept::accept;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::accept::accept;
 use crate::config::Config;
 use crate::config::Directory;
 use crate::control::Control;

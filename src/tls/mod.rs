@@ -7,8 +7,6 @@
 mod certs;
 mod names;
 
-use crate::clock::unix_secs as unix_now;
-use crate::lock::lock;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -22,7 +20,9 @@ pub use certs::CertError;
 
 use self::certs::Loaded;
 use self::names::Names;
+use crate::clock::unix_secs as unix_now;
 use crate::config::CertFiles;
+use crate::lock::lock;
 
 /// Why TLS could not be set up.
 #[derive(Debug, thiserror::Error)]

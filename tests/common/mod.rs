@@ -559,3 +559,51 @@ pub async fn close_code(ws: &mut Ws) -> Option<u16> {
         }
     }
 }
+
+// === roomgate as a process ===
+
+/// The `roomgate` binary running `config` (one worker), started once it has logged both the
+/// address it serves on and its admin API's. Its log keeps being read in a task of its own, so
+/// that it never blocks on a full pipe. Returns the process, the proxy's address and the admin
+/// API's.
+pub async fn spawn_roomgate(config: &std::path::Path) -> (tokio::process::Child, String, String) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_roomgate"))
+        .args(["run", "--workers", "1", "--config"])
+        .arg(config)
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (addr, admin) = tokio::time::timeout(LIMIT, async {
+        let (mut addr, mut admin) = (None, None);
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let Some(at) = line.split("addr=").nth(1).and_then(|a| a.split_whitespace().next()) else { continue };
+            if line.contains("admin API listening") {
+                admin = Some(at.to_owned());
+            } else if line.contains("listening") {
+                addr = Some(at.to_owned());
+            }
+            if let (Some(a), Some(b)) = (&addr, &admin) {
+                return (a.clone(), b.clone());
+            }
+        }
+        panic!("roomgate exited before listening");
+    })
+    .await
+    .expect("roomgate listens");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, addr, admin)
+}
+
+/// "n, p50, p99, max" of some durations.
+pub fn summary(waits: &[Duration]) -> String {
+    let mut v = waits.to_vec();
+    v.sort();
+    if v.is_empty() {
+        return "none".into();
+    }
+    let pct = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+    format!("n={} p50 {:?} p99 {:?} max {:?}", v.len(), pct(0.5), pct(0.99), v[v.len() - 1])
+}
