@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use http::uri::Authority;
 
 use crate::config::BackendSpec;
-use crate::error::LimitError;
-use crate::limits::MAX_CONNECTIONS_PER_BACKEND;
+use crate::error::{LimitError, MAX_CONNECTIONS_PER_BACKEND};
 use crate::lock::lock;
 
 /// One backend process.

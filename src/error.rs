@@ -22,6 +22,11 @@ pub enum ProxyError {
     Limit(#[from] LimitError),
 }
 
+/// The config keys of the limits, also the `limit` label of `roomgate_refused_total`.
+pub const MAX_CONNECTIONS: &str = "limits.max_connections";
+pub const MAX_CONNECTIONS_PER_IP: &str = "limits.max_connections_per_ip";
+pub const MAX_CONNECTIONS_PER_BACKEND: &str = "upstream.max_connections_per_backend";
+
 /// A limit that refused a connection or a request, named by its config key.
 #[derive(Debug, thiserror::Error)]
 #[error("over {limit} ({max})")]

@@ -9,8 +9,8 @@ use std::sync::Mutex;
 use http::HeaderMap;
 use ipnet::IpNet;
 
+use crate::forwarded::{X_FORWARDED_FOR, is_trusted};
 use crate::lock::lock;
-use crate::proxy::headers::{X_FORWARDED_FOR, is_trusted};
 
 /// What one client is, for the per-address limit: an IPv4 address (an IPv4-mapped IPv6 one
 /// counts as the IPv4 address it maps), or the /64 network of an IPv6 address. A host is

@@ -22,15 +22,12 @@ pub use held::{Held, HeldBody, Holds, hold_body};
 
 use crate::config::Config;
 use crate::error::LimitError;
+use crate::forwarded::is_trusted;
 use crate::metrics::Metrics;
-use crate::proxy::headers::is_trusted;
 use crate::snapshot::Snapshot;
 use crate::throttle::Throttle;
 
-/// The config keys of the limits, also the `limit` label of `roomgate_refused_total`.
-pub const MAX_CONNECTIONS: &str = "limits.max_connections";
-pub const MAX_CONNECTIONS_PER_IP: &str = "limits.max_connections_per_ip";
-pub const MAX_CONNECTIONS_PER_BACKEND: &str = "upstream.max_connections_per_backend";
+pub use crate::error::{MAX_CONNECTIONS, MAX_CONNECTIONS_PER_BACKEND, MAX_CONNECTIONS_PER_IP};
 
 /// The client connections open, and per client.
 pub struct Admission {

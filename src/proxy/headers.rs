@@ -5,7 +5,8 @@ use std::net::IpAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Uri};
-use ipnet::IpNet;
+
+use crate::forwarded::X_FORWARDED_FOR;
 
 /// Headers that describe one hop only (RFC 9110 section 7.6.1), plus common non-standard ones.
 const HOP_BY_HOP_COUNT: usize = 8;
@@ -20,7 +21,6 @@ static HOP_BY_HOP: [HeaderName; HOP_BY_HOP_COUNT] = [
     header::TRANSFER_ENCODING,
 ];
 
-pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 static FORWARDED: HeaderName = HeaderName::from_static("forwarded");
@@ -86,15 +86,6 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
 pub fn set_websocket_upgrade(headers: &mut HeaderMap) {
     headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-}
-
-/// Whether `peer` is one of the trusted proxies, whose forwarding headers are kept.
-pub fn is_trusted(peer: IpAddr, trusted: &[IpNet]) -> bool {
-    let peer = match peer {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, IpAddr::V4),
-        v4 => v4,
-    };
-    trusted.iter().any(|net| net.contains(&peer))
 }
 
 /// Sets X-Forwarded-For (ending with the client's address), -Proto and -Host. From a trusted
@@ -307,13 +298,5 @@ mod tests {
         from_http2(&mut h, &uri);
         assert_eq!(h["host"], "given.test", "a Host the client sent stays");
         assert_eq!(h["cookie"], "a=1");
-    }
-
-    #[test]
-    fn trust_matches_cidrs_and_mapped_v4() {
-        let nets: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
-        assert!(is_trusted("10.9.9.9".parse().unwrap(), &nets));
-        assert!(is_trusted("::ffff:10.0.0.1".parse().unwrap(), &nets));
-        assert!(!is_trusted("11.0.0.1".parse().unwrap(), &nets));
     }
 }
