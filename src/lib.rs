@@ -10,10 +10,13 @@
 //! - [`placement`]: rendezvous or ring placement over stable backend ids (pure).
 //! - [`directory`]: the live-room directory (rooms with connections keep their owner), in memory
 //!   or shared by several replicas through Redis.
-//! - [`snapshot`]: the immutable view (config, backends, placement) a request works from.
+//! - [`snapshot`]: the immutable view (config, backends, placement) a request works from, and
+//!   the one publisher that replaces it.
 //! - [`relay`]: WebSocket tunnels after the upgrade, frame-boundary aware.
 //! - [`limits`]: connection limits (in all, per client address, per backend) and descriptors.
 //! - [`config`], [`backends`], [`error`]: the config file, backends, and error-to-response mapping.
+//! - [`control`]: reloads, drains and the background loops (fleet sync, maintenance, health),
+//!   one file per loop.
 //! - [`discovery`]: backend sets read from DNS SRV records, merged with the file's.
 //! - [`demo`]: the built-in demo backends of `roomgate demo`.
 //!
@@ -33,7 +36,7 @@ pub mod directory;
 pub mod discovery;
 pub mod djust;
 pub mod error;
-pub mod health;
+mod forwarded;
 pub mod limits;
 mod lock;
 pub mod metrics;

@@ -7,6 +7,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+mod publish;
+
+pub use publish::{Current, Publisher};
+
 use crate::backends::Backend;
 use crate::config::Config;
 use crate::placement::Placement;

@@ -75,7 +75,7 @@ impl Admin {
     /// roomgate_refused_total{limit="admin.max_connections"}, from the metrics in process.
     fn refused(&self) -> u64 {
         let g = self.control.gateway();
-        let text = g.metrics.render(&g.snapshot(), g.directory.as_ref(), 0, None);
+        let text = g.metrics().render(&g.snapshot(), g.directory().as_ref(), 0, None);
         text.lines()
             .find(|l| l.starts_with("roomgate_refused_total{") && l.contains("admin.max_connections"))
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())

@@ -110,7 +110,7 @@ async fn total_cap_closes_the_next_connection_at_accept_until_one_is_freed() {
     assert_eq!(refusals(&proxy, "limits.max_connections").await, 1, "the admin listener is not counted");
     held.pop();
     let _again = wait_served("127.0.0.1", proxy.addr).await;
-    assert_eq!(proxy.control.gateway().admission.open(), 3);
+    assert_eq!(proxy.control.gateway().admission().open(), 3);
     proxy.shutdown().await;
 }
 

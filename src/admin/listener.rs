@@ -95,7 +95,7 @@ pub async fn serve_with(listener: TcpListener, control: Arc<Control>, stop: Canc
 /// Counts and logs (at most once a second) a connection or request refused past the cap.
 pub(super) fn refused(control: &Control, peer: SocketAddr, what: &str) {
     static LOG: Throttle = Throttle::new(Duration::from_secs(1));
-    control.gateway().metrics.refused(LIMIT);
+    control.gateway().metrics().refused(LIMIT);
     if let Some(held_back) = LOG.ready() {
         tracing::warn!(%peer, held_back, "admin API at {LIMIT}: {what}");
     }

@@ -126,8 +126,8 @@ async fn route(control: &Control, req: Request<Incoming>, body_timeout: Duration
 fn metrics(control: &Control) -> Response<Full<Bytes>> {
     let snap = control.gateway().snapshot();
     let g = control.gateway();
-    let splits = g.splits.load(std::sync::atomic::Ordering::Relaxed);
-    let body = g.metrics.render(&snap, g.directory.as_ref(), splits, control.tls().map(|t| &**t));
+    let splits = control.splits();
+    let body = g.metrics().render(&snap, g.directory().as_ref(), splits, control.tls().map(|t| &**t));
     let mut r = Response::new(Full::new(Bytes::from(body)));
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -174,16 +174,16 @@ fn status(control: &Control) -> Value {
             })
         })
         .collect();
-    let (known, live) = control.gateway().directory.counts();
+    let (known, live) = control.gateway().directory().counts();
     json!({
         "epoch": snap.epoch,
         "config": snap.config.origin,
         "backends": backends,
         "rooms": {"known": known, "live": live},
-        "websockets": control.gateway().tunnels.len(),
-        "split_rooms": control.gateway().splits.load(std::sync::atomic::Ordering::Relaxed),
+        "websockets": control.gateway().tunnels().len(),
+        "split_rooms": control.splits(),
         "last_reload": control.last_reload(),
-        "directory": control.gateway().directory.status(),
+        "directory": control.gateway().directory().status(),
         "discovery": control.discovery().status(&snap.config.discovery),
         "tls": control.tls().map(|t| json!({
             "listen": snap.config.tls.as_ref().map(|c| &c.listen),
@@ -198,7 +198,7 @@ fn rooms(control: &Control, query: Option<&str>) -> Value {
     };
     let limit = param("limit").and_then(|l| l.parse().ok()).unwrap_or(100).clamp(1, MAX_PAGE);
     let after = param("after");
-    let page = control.gateway().directory.list(after.as_deref(), limit);
+    let page = control.gateway().directory().list(after.as_deref(), limit);
     let next = (page.len() == limit).then(|| page.last().map(|r| r.key.clone())).flatten();
     json!({ "rooms": page, "next": next })
 }
@@ -207,7 +207,7 @@ fn rooms(control: &Control, query: Option<&str>) -> Value {
 /// (`fleet`: the recorded owner and, per replica, the owner its connections use and how many).
 async fn room(control: &Control, key: &str) -> Result<Value, (StatusCode, String)> {
     let key = decode(key);
-    let directory = &control.gateway().directory;
+    let directory = &control.gateway().directory();
     let fleet = directory.fleet_room(&key).await;
     let known_in_fleet = fleet.as_ref().is_some_and(|f| !f["owner"].is_null());
     match directory.get(&key) {

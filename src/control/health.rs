@@ -40,7 +40,7 @@ pub async fn run_checks(gateway: Arc<Gateway>) {
                 let ok = check(&client, &backend, &path, h.timeout).await;
                 let t = if ok { backend.record_success(h.rise) } else { backend.record_failure(h.fall, h.cooldown) };
                 if let Some(t) = t {
-                    gateway.metrics.health_transition(&backend, t, "active check");
+                    gateway.metrics().health_transition(&backend, t, "active check");
                 }
             });
         }

@@ -19,9 +19,10 @@ pub use srv::{Failure, Shadowed};
 
 use crate::clock::unix_ms;
 use crate::config::{BackendSpec, Config, Discovery};
-use crate::control::Control;
 use crate::lock::lock;
 use crate::metrics::Metrics;
+use crate::proxy::Gateway;
+use crate::snapshot::Publisher;
 
 /// Every entry's last good set and how its resolutions went.
 pub struct Registry {
@@ -164,16 +165,19 @@ impl Registry {
 
 /// Runs one task per `[[discovery]]` entry of the config in force until dropped; after each
 /// snapshot change, starts the entries that appeared and restarts those whose settings changed.
-pub async fn run(control: Arc<Control>) {
-    let mut epochs = control.epochs();
+/// `gateway` is for its metrics.
+pub async fn run(publisher: Arc<Publisher>, registry: Arc<Registry>, gateway: Arc<Gateway>) {
+    let mut epochs = publisher.epochs();
     let mut running: HashMap<String, (Discovery, AbortOnDropHandle<()>)> = HashMap::new();
     loop {
-        let wanted = control.gateway().snapshot().config.discovery.clone();
+        let wanted = publisher.load().config.discovery.clone();
         // Dropping a handle aborts its task.
         running.retain(|_, (entry, _)| wanted.contains(entry));
         for entry in wanted {
             if !running.contains_key(&entry.srv) {
-                let task = AbortOnDropHandle::new(tokio::spawn(follow(control.clone(), entry.clone())));
+                let follow =
+                    Follow { publisher: publisher.clone(), registry: registry.clone(), gateway: gateway.clone() };
+                let task = AbortOnDropHandle::new(tokio::spawn(follow.run(entry.clone())));
                 running.insert(entry.srv.clone(), (entry, task));
             }
         }
@@ -183,35 +187,77 @@ pub async fn run(control: Arc<Control>) {
     }
 }
 
-/// Resolves `entry` every `interval` and hands each outcome to [`Control::discovered`].
-async fn follow(control: Arc<Control>, entry: Discovery) {
-    let mut resolver: Option<SrvResolver> = None;
-    loop {
-        // A resolver that cannot be built (no readable /etc/resolv.conf) is tried again next round.
-        if resolver.is_none() {
-            match SrvResolver::new(&entry) {
-                Ok(r) => resolver = Some(r),
-                Err(failure) => control.discovered(&entry, Err(failure)).await,
+/// One entry's loop: what it needs to record a resolution and publish its outcome.
+struct Follow {
+    publisher: Arc<Publisher>,
+    registry: Arc<Registry>,
+    gateway: Arc<Gateway>,
+}
+
+impl Follow {
+    /// Resolves `entry` every `interval` and publishes each outcome.
+    async fn run(self, entry: Discovery) {
+        let mut resolver: Option<SrvResolver> = None;
+        loop {
+            // A resolver that cannot be built (no readable /etc/resolv.conf) is tried again next round.
+            if resolver.is_none() {
+                match SrvResolver::new(&entry) {
+                    Ok(r) => resolver = Some(r),
+                    Err(failure) => self.discovered(&entry, Err(failure)),
+                }
             }
+            if let Some(r) = &resolver {
+                let outcome = r.resolve(&entry).await;
+                self.discovered(&entry, outcome);
+            }
+            tokio::time::sleep(entry.interval).await;
         }
-        if let Some(r) = &resolver {
-            let outcome = r.resolve(&entry).await;
-            control.discovered(&entry, outcome).await;
+    }
+
+    /// Records a resolution of `entry`; when its backend set changed, publishes the snapshot with
+    /// the new set (the file's backends unchanged). Added backends get new rooms; vanished ones
+    /// drain like backends removed from the file.
+    fn discovered(&self, entry: &Discovery, outcome: Result<Vec<BackendSpec>, Failure>) {
+        let metrics = self.gateway.metrics();
+        let published = self.publisher.apply(|current| {
+            if !current.config.discovery.contains(entry) {
+                return None; // a reload removed or changed the entry while it was being resolved
+            }
+            if !self.registry.record(entry, outcome, metrics) {
+                return None;
+            }
+            // The merge replaces the discovered backends of the config in force, keeping the file's.
+            let (next, diff) = current.next(self.registry.merge((*current.config).clone(), metrics));
+            if diff.is_empty() {
+                return None; // e.g. the new members' ids are all taken by the file's backends
+            }
+            let epoch = next.epoch;
+            Some((next, (epoch, diff)))
+        });
+        if let Some((epoch, diff)) = published {
+            tracing::info!(
+                epoch,
+                srv = %entry.srv,
+                added = ?diff.added,
+                removed = ?diff.removed,
+                changed = ?diff.changed,
+                "discovered backends changed"
+            );
         }
-        tokio::time::sleep(entry.interval).await;
+        self.registry.done(entry);
     }
 }
 
-/// Waits until every `[[discovery]]` entry has had its first resolution, for at most the longest
-/// `timeout`: roomgate starts serving with the discovered backends when DNS answers quickly, and
-/// with what it has (the file's backends) otherwise.
-pub async fn first_round(control: &Control) {
-    let entries = control.gateway().snapshot().config.discovery.clone();
+/// Waits until every `[[discovery]]` entry of `config` has had its first resolution, for at most
+/// the longest `timeout`: roomgate starts serving with the discovered backends when DNS answers
+/// quickly, and with what it has (the file's backends) otherwise.
+pub async fn first_round(registry: &Registry, config: &Config) {
+    let entries = &config.discovery;
     let Some(limit) = entries.iter().map(|d| d.timeout).max() else { return };
-    let mut attempts = control.discovery().attempts();
+    let mut attempts = registry.attempts();
     let waited = tokio::time::timeout(
         limit + Duration::from_millis(100),
-        attempts.wait_for(|_| control.discovery().all_attempted(&entries)),
+        attempts.wait_for(|_| registry.all_attempted(entries)),
     )
     .await;
     if waited.is_err() {

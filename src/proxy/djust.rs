@@ -33,6 +33,7 @@ use crate::relay::frame::{OP_BINARY, OP_TEXT, Rules, close_frame, frame};
 use crate::relay::message::{self, ReadError, Rewind};
 use crate::relay::watch::NavWatch;
 use crate::room_key;
+use crate::snapshot::Snapshot;
 use crate::throttle::Throttle;
 
 type Upgraded = TokioIo<hyper::upgrade::Upgraded>;
@@ -179,31 +180,7 @@ impl Session {
     /// mount sent on. `None`: the client was refused (and told why) or left.
     async fn prepare<C: AsyncRead + AsyncWrite + Unpin>(&mut self, client_io: &mut C) -> Option<Ready> {
         let snap = self.gateway.snapshot();
-        let config = &snap.config;
-        let greeting = djust::connect_message(&djust::session_id());
-        client_io.write_all(&frame(OP_TEXT, greeting.as_bytes(), None)).await.ok()?;
-        let limit = config.limits.max_first_message;
-        let wait = config.timeouts.first_message;
-        let mut client_pre = Vec::new();
-        let read =
-            tokio::time::timeout(wait, message::read_message(client_io, &mut client_pre, limit, Rules::CLIENT)).await;
-        let mount = match read {
-            Ok(Ok(mount)) => mount,
-            Ok(Err(ReadError::TooLarge(limit))) => {
-                return self.refuse(client_io, &ClientError::FirstMessageTooLarge(limit).into(), None).await;
-            }
-            Ok(Err(ReadError::Frame(e))) => {
-                tracing::info!(error = %e, "djust socket refused: a broken frame (close 1002)");
-                self.gateway.metrics.djust("refused");
-                close(client_io, 1002, "protocol error").await;
-                return None;
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "client left before its first message");
-                return None;
-            }
-            Err(_) => return self.refuse(client_io, &ClientError::FirstMessageTimeout(wait).into(), None).await,
-        };
+        let (mount, client_pre) = self.read_mount(client_io, &snap.config).await?;
         // No longer waiting: what follows is bounded by the backend's timeouts.
         self.waiting = None;
         let started = Instant::now();
@@ -211,9 +188,57 @@ impl Session {
             Ok(routed) => routed,
             Err(e) => return self.refuse(client_io, &e, None).await,
         };
+        tracing::Span::current().record("room", routed.room.as_deref());
+        let (backend_io, backend_pre, handshake) = self.connect(client_io, &snap, &routed, &mount, started).await?;
+        Some(Ready { routed, backend_io, client_pre, backend_pre, handshake })
+    }
+
+    /// Sends djust's greeting and reads the client's first message, with the bytes read. `None`:
+    /// the client was refused (too large, too late, a broken frame) or left.
+    async fn read_mount<C: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        client_io: &mut C,
+        config: &Config,
+    ) -> Option<(message::Message, Vec<u8>)> {
+        let greeting = djust::connect_message(&djust::session_id());
+        client_io.write_all(&frame(OP_TEXT, greeting.as_bytes(), None)).await.ok()?;
+        let limit = config.limits.max_first_message;
+        let wait = config.timeouts.first_message;
+        let mut client_pre = Vec::new();
+        let read =
+            tokio::time::timeout(wait, message::read_message(client_io, &mut client_pre, limit, Rules::CLIENT)).await;
+        match read {
+            Ok(Ok(mount)) => Some((mount, client_pre)),
+            Ok(Err(ReadError::TooLarge(limit))) => {
+                self.refuse(client_io, &ClientError::FirstMessageTooLarge(limit).into(), None).await
+            }
+            Ok(Err(ReadError::Frame(e))) => {
+                tracing::info!(error = %e, "djust socket refused: a broken frame (close 1002)");
+                self.gateway.metrics.djust("refused");
+                close(client_io, 1002, "protocol error").await;
+                None
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "client left before its first message");
+                None
+            }
+            Err(_) => self.refuse(client_io, &ClientError::FirstMessageTimeout(wait).into(), None).await,
+        }
+    }
+
+    /// Opens the routed backend's socket and sends it the mount: the backend's socket, the bytes
+    /// read past its greeting, and the handshake's presence in its room. `None`: refused.
+    async fn connect<C: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        client_io: &mut C,
+        snap: &Snapshot,
+        routed: &Routed,
+        mount: &message::Message,
+        started: Instant,
+    ) -> Option<(Upgraded, Vec<u8>, Option<Presence>)> {
+        let config = &snap.config;
         let room = routed.room.as_deref();
         let backend = &*routed.backend.id;
-        tracing::Span::current().record("room", room);
         // Its room's backend at its cap: 4503, like a 503.
         match routed.backend.claim(config.upstream.max_connections_per_backend) {
             Ok(slot) => self.holds.backend = Some(slot),
@@ -226,7 +251,7 @@ impl Session {
         let handshake =
             room.map(|r| Presence::new(self.gateway.directory.clone(), r, routed.backend.id.clone(), Use::Request));
         let opened = self.open(config, &routed.backend).await;
-        self.gateway.observe_backend(&snap, &routed.backend, &opened, started);
+        self.gateway.observe_backend(snap, &routed.backend, &opened, started);
         let mut backend_io = match opened {
             Ok(Ok(io)) => io,
             Ok(Err(status)) => {
@@ -259,14 +284,14 @@ impl Session {
             };
             return self.refuse(client_io, &err.into(), room).await;
         }
-        Some(Ready { routed, backend_io, client_pre, backend_pre, handshake })
+        Some((backend_io, backend_pre, handshake))
     }
 
     /// The room of the page the first message mounts, and its owner; the shared pool for a page
     /// without a room when the route allows it. A first message that may mount a page but cannot
     /// be read exactly as djust reads it, or that mounts pages of two rooms, is refused (4400):
     /// sending it to the shared pool could mount a room there.
-    async fn route(&self, snap: &crate::snapshot::Snapshot, first: &message::Message) -> Result<Routed, ProxyError> {
+    async fn route(&self, snap: &Snapshot, first: &message::Message) -> Result<Routed, ProxyError> {
         let effect = match first.opcode {
             OP_BINARY => djust::binary_effect(&first.payload),
             _ => djust::text_effect(&first.payload),

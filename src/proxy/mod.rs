@@ -20,7 +20,6 @@ use std::time::Instant;
 use ::http::header::{self, HeaderValue};
 use ::http::request::Parts;
 use ::http::{Request, Response, StatusCode, Version};
-use arc_swap::ArcSwap;
 use hyper::body::Incoming;
 
 pub use access::AccessRecord;
@@ -39,24 +38,22 @@ use crate::limits::{self, Admission, Held, Holds};
 use crate::metrics::{Metrics, RequestLabels};
 use crate::relay::{TunnelOptions, Tunnels};
 use crate::room_key::{self, ExtractError, RequestView};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Current, Snapshot};
 
 /// Everything the request path shares: the current snapshot, the room directory, the upstream
 /// pool, open tunnels and metrics.
 pub struct Gateway {
-    snapshot: ArcSwap<Snapshot>,
+    snapshot: Arc<Current>,
     upstream: Upstream,
-    pub directory: Arc<dyn RoomDirectory>,
-    pub tunnels: Arc<Tunnels>,
-    pub metrics: Metrics,
-    /// Times a room was seen with open sockets on two backends at once (must stay 0).
-    pub splits: AtomicU64,
+    directory: Arc<dyn RoomDirectory>,
+    tunnels: Arc<Tunnels>,
+    metrics: Metrics,
     /// Metric label for a request that reached no route or no backend.
     none: Arc<str>,
     /// djust sockets waiting for their first message (`limits.max_pending_sockets`).
-    pub(crate) waiting_sockets: std::sync::atomic::AtomicUsize,
+    waiting_sockets: std::sync::atomic::AtomicUsize,
     /// Client connections open, in all and per client (`limits.max_connections*`).
-    pub admission: Arc<Admission>,
+    admission: Arc<Admission>,
 }
 
 /// The client connection a request came on.
@@ -92,16 +89,16 @@ struct Target {
 }
 
 impl Gateway {
-    /// `metrics` comes from the caller, which has handed some of its counters to `directory`.
-    pub fn new(config: Config, directory: Arc<dyn RoomDirectory>, metrics: Metrics) -> Arc<Gateway> {
-        let upstream = Upstream::new(&config);
+    /// A gateway that reads the snapshot in force from `snapshot`. `metrics` comes from the
+    /// caller, which has handed some of its counters to `directory`.
+    pub fn new(snapshot: Arc<Current>, directory: Arc<dyn RoomDirectory>, metrics: Metrics) -> Arc<Gateway> {
+        let upstream = Upstream::new(&snapshot.load().config);
         Arc::new(Gateway {
-            snapshot: ArcSwap::from_pointee(Snapshot::build(config, 1)),
+            snapshot,
             upstream,
             directory,
             tunnels: Arc::new(Tunnels::default()),
             metrics,
-            splits: AtomicU64::new(0),
             none: Arc::from("none"),
             waiting_sockets: std::sync::atomic::AtomicUsize::new(0),
             admission: Admission::new(),
@@ -110,23 +107,37 @@ impl Gateway {
 
     /// The snapshot in force now.
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        self.snapshot.load_full()
+        self.snapshot.load()
     }
 
-    /// Makes `next` the snapshot in force. Requests already running keep the one they loaded.
-    pub fn publish(&self, next: Snapshot) {
-        self.snapshot.store(Arc::new(next));
+    /// The live-room directory.
+    pub fn directory(&self) -> &Arc<dyn RoomDirectory> {
+        &self.directory
+    }
+
+    /// The open WebSocket tunnels.
+    pub fn tunnels(&self) -> &Arc<Tunnels> {
+        &self.tunnels
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Client connections open, in all and per client.
+    pub fn admission(&self) -> &Arc<Admission> {
+        &self.admission
     }
 
     /// Settings of a new tunnel whose handshake negotiated the RSV bits `rsv`.
     pub fn tunnel_options(&self, rsv: u8) -> TunnelOptions {
-        TunnelOptions { close_timeout: self.snapshot.load().config.timeouts.websocket_close, rsv }
+        TunnelOptions { close_timeout: self.snapshot.peek().config.timeouts.websocket_close, rsv }
     }
 
     /// Serves one request. Never fails: errors become responses here, and each is logged once.
     pub async fn handle(self: &Arc<Self>, req: Request<Incoming>, conn: Conn) -> Response<ResponseBody> {
         let client = conn.client;
-        let snap = self.snapshot.load_full();
+        let snap = self.snapshot.load();
         let mut record = snap.config.log.access.then(|| {
             Box::new(AccessRecord {
                 start: Instant::now(),
@@ -194,14 +205,7 @@ impl Gateway {
         let slot = (target.backend.claim(config.upstream.max_connections_per_backend))
             .map_err(|e| limits::refused(&self.metrics, e, &target.backend.id))?;
         let mut holds = Holds { conn: None, addr: forwarded, backend: Some(slot) };
-        let span = tracing::Span::current();
-        span.record("room", target.room.as_deref());
-        span.record("backend", &*target.backend.id);
-        if let Some(r) = record.as_mut() {
-            r.route = Some(route_index);
-            r.room.clone_from(&target.room);
-            r.backend = Some(target.backend.id.clone());
-        }
+        note_target(record, route_index, &target);
         let client_upgrade = websocket.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         prepare_forward(&mut parts, conn, config);
@@ -212,37 +216,7 @@ impl Gateway {
                 holds.conn = parts.extensions.remove();
                 self.upgrade(parts, client_upgrade, &target, client, config, holds).await
             }
-            None => {
-                let presence = self.presence(&target, Use::Request);
-                let counted = record.as_ref().map(|r| r.bytes_in.clone());
-                let t = &config.timeouts;
-                let deadlines = Deadlines { total: t.request_body, idle: t.request_body_idle };
-                let (body, upload) = RequestBody::new(body, counted, deadlines);
-                let req = Request::from_parts(parts, body);
-                let sent = self
-                    .upstream
-                    .send(req, &target.backend, t.upstream_response, upload.as_ref(), t.request_body)
-                    .await;
-                // A body that failed on the client's side is the client's failure, whatever the
-                // upstream client made of it: never the backend's.
-                if sent.is_err()
-                    && let Some(problem) = upload.as_ref().and_then(|u| u.problem())
-                {
-                    return Err(ClientError::Body(problem).into());
-                }
-                match sent {
-                    // A 101 answers only a handshake; on a plain request it would leave the client
-                    // connection in a state neither side asked for.
-                    Ok(resp) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => Err(BackendError::BadUpgrade {
-                        backend: target.backend.id.to_string(),
-                        why: "101 to a request that asked for no upgrade",
-                    }),
-                    sent => sent.map(|mut resp| {
-                        Held::attach(&mut resp, holds);
-                        resp.map(|b| ResponseBody::upstream(b).with_presence(presence))
-                    }),
-                }
-            }
+            None => self.forward(parts, body, &target, holds, record, config).await?,
         };
         self.observe_backend(snap, &target.backend, &result, started);
         let mut resp = result?;
@@ -253,6 +227,43 @@ impl Gateway {
             resp.headers_mut().append(header::SET_COOKIE, cookie);
         }
         Ok(resp)
+    }
+
+    /// Forwards a plain (not upgrade) request to the target and relays its answer. `Err`: the
+    /// client's body failed, whatever the upstream client made of it; `Ok`: the backend's outcome.
+    async fn forward(
+        &self,
+        parts: Parts,
+        body: Incoming,
+        target: &Target,
+        holds: Holds,
+        record: &Option<Box<AccessRecord>>,
+        config: &Config,
+    ) -> Result<Result<Response<ResponseBody>, BackendError>, ClientError> {
+        let presence = self.presence(target, Use::Request);
+        let counted = record.as_ref().map(|r| r.bytes_in.clone());
+        let t = &config.timeouts;
+        let deadlines = Deadlines { total: t.request_body, idle: t.request_body_idle };
+        let (body, upload) = RequestBody::new(body, counted, deadlines);
+        let req = Request::from_parts(parts, body);
+        let sent = self.upstream.send(req, &target.backend, t.upstream_response, upload.as_ref(), t.request_body).await;
+        if sent.is_err()
+            && let Some(problem) = upload.as_ref().and_then(|u| u.problem())
+        {
+            return Err(ClientError::Body(problem));
+        }
+        Ok(match sent {
+            // A 101 answers only a handshake; on a plain request it would leave the client
+            // connection in a state neither side asked for.
+            Ok(resp) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => Err(BackendError::BadUpgrade {
+                backend: target.backend.id.to_string(),
+                why: "101 to a request that asked for no upgrade",
+            }),
+            sent => sent.map(|mut resp| {
+                Held::attach(&mut resp, holds);
+                resp.map(|b| ResponseBody::upstream(b).with_presence(presence))
+            }),
+        })
     }
 
     /// Passive health and latency: a backend that could not be reached counts a failure.
@@ -359,12 +370,24 @@ impl Gateway {
 
 /// The request head as the backend gets it: hop-by-hop headers out, forwarding headers set,
 /// and an HTTP/2 request turned into what an HTTP/1.1 backend expects.
+/// Names the request's room and backend in its tracing span and its access-log record.
+fn note_target(record: &mut Option<Box<AccessRecord>>, route_index: usize, target: &Target) {
+    let span = tracing::Span::current();
+    span.record("room", target.room.as_deref());
+    span.record("backend", &*target.backend.id);
+    if let Some(r) = record.as_mut() {
+        r.route = Some(route_index);
+        r.room.clone_from(&target.room);
+        r.backend = Some(target.backend.id.clone());
+    }
+}
+
 fn prepare_forward(parts: &mut Parts, conn: Conn, config: &Config) {
     headers::remove_hop_by_hop(&mut parts.headers);
     if parts.version == Version::HTTP_2 {
         headers::from_http2(&mut parts.headers, &parts.uri);
     }
-    let trusted = headers::is_trusted(conn.client.ip(), &config.server.trusted_proxies);
+    let trusted = crate::forwarded::is_trusted(conn.client.ip(), &config.server.trusted_proxies);
     headers::set_forwarded(&mut parts.headers, conn.client.ip(), trusted, conn.scheme.as_str());
 }
 
@@ -373,7 +396,7 @@ fn prepare_forward(parts: &mut Parts, conn: Conn, config: &Config) {
 fn is_secure(req: &Request<Incoming>, conn: Conn, config: &Config) -> bool {
     conn.scheme == Scheme::Https
         || (req.headers().get(&headers::X_FORWARDED_PROTO).is_some_and(|p| p.as_bytes().eq_ignore_ascii_case(b"https"))
-            && headers::is_trusted(conn.client.ip(), &config.server.trusted_proxies))
+            && crate::forwarded::is_trusted(conn.client.ip(), &config.server.trusted_proxies))
 }
 
 /// `Set-Cookie` for the affinity cookie, unless the request already carries the same value.

@@ -116,17 +116,17 @@ pub(super) async fn serve_tls(
     let stream = match accepted {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => {
-            gateway.metrics.tls_handshake("failed");
+            gateway.metrics().tls_handshake("failed");
             return tracing::debug!(error = %e, "TLS handshake failed");
         }
         Err(_) => {
-            gateway.metrics.tls_handshake("timeout");
+            gateway.metrics().tls_handshake("timeout");
             return tracing::debug!(after = ?protocols.idle, "TLS handshake not done in time; connection closed");
         }
     };
     let session = stream.get_ref().1;
     let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
-    gateway.metrics.tls_handshake(if resumed { "resumed" } else { "full" });
+    gateway.metrics().tls_handshake(if resumed { "resumed" } else { "full" });
     let proto = if session.alpn_protocol() == Some(b"h2") { Proto::Http2 } else { Proto::Http1 };
     serve(stream, proto, Conn { client, scheme: Scheme::Https }, ticket, gateway, &protocols, stop).await;
 }

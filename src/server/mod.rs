@@ -22,6 +22,7 @@ use crate::limits;
 use crate::metrics::Metrics;
 use crate::proxy::Gateway;
 use crate::relay::CLOSE_GOING_AWAY;
+use crate::snapshot::{Publisher, Snapshot};
 use crate::tls::Tls;
 
 use self::conn::Protocols;
@@ -94,8 +95,9 @@ impl Server {
     pub fn with_tls(config: Config, tls: Option<Arc<Tls>>) -> Server {
         let metrics = Metrics::new();
         let directory = directory_for(&config, &metrics);
-        let gateway = Gateway::new(config, directory, metrics);
-        Server { control: Control::new(gateway, tls) }
+        let publisher = Arc::new(Publisher::new(Snapshot::build(config, 1)));
+        let gateway = Gateway::new(publisher.current().clone(), directory, metrics);
+        Server { control: Control::new(gateway, publisher, tls) }
     }
 
     /// Reloads, drains and the state behind the admin API.
@@ -106,8 +108,8 @@ impl Server {
     /// See [`run`].
     pub async fn serve(self, listeners: Listeners, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let gateway = self.control.gateway().clone();
-        let discovery = tokio::spawn(crate::discovery::run(self.control.clone()));
-        crate::discovery::first_round(&self.control).await;
+        let loops = self.control.start();
+        crate::discovery::first_round(self.control.discovery(), &gateway.snapshot().config).await;
         let config = gateway.snapshot().config.clone();
         let protocols = Arc::new(Protocols::new(&config));
         let stop = CancellationToken::new();
@@ -128,17 +130,8 @@ impl Server {
         if let Some(admin) = listeners.admin {
             connections.spawn(crate::admin::serve(admin, self.control.clone(), stop.clone()));
         }
-        let background = [
-            tokio::spawn(self.control.clone().maintain()),
-            tokio::spawn(self.control.clone().watch()),
-            tokio::spawn(crate::health::run_checks(gateway.clone())),
-            tokio::spawn(self.control.clone().sync_directory()),
-            discovery,
-        ];
         shutdown.await;
-        for task in &background {
-            task.abort();
-        }
+        drop(loops);
         finish(gateway, stop, connections, config.shutdown.grace).await
     }
 }
@@ -149,23 +142,23 @@ async fn finish(
     connections: TaskTracker,
     grace: Duration,
 ) -> anyhow::Result<()> {
-    let sockets = gateway.tunnels.close_all(CLOSE_GOING_AWAY);
+    let sockets = gateway.tunnels().close_all(CLOSE_GOING_AWAY);
     tracing::info!(websockets = sockets, grace = ?grace, "shutting down");
     stop.cancel();
     connections.close();
     let drained = tokio::time::timeout(grace, async {
         connections.wait().await;
-        gateway.tunnels.wait_empty().await;
+        gateway.tunnels().wait_empty().await;
     })
     .await;
     match drained {
         Ok(()) => tracing::info!("shutdown complete"),
         Err(_) => {
-            tracing::warn!(websockets = gateway.tunnels.len(), "shutdown grace period over; closing what is left")
+            tracing::warn!(websockets = gateway.tunnels().len(), "shutdown grace period over; closing what is left")
         }
     }
     // Its sockets are closed: its claims end now rather than at their expiry.
-    gateway.directory.leave_fleet().await;
+    gateway.directory().leave_fleet().await;
     Ok(())
 }
 
@@ -181,11 +174,11 @@ async fn accept_loop(
     connections: TaskTracker,
 ) {
     while let Some((stream, client)) = accept(&listener, &stop).await {
-        let admitted = gateway.admission.admit(client.ip(), &gateway.snapshot());
+        let admitted = gateway.admission().admit(client.ip(), &gateway.snapshot());
         let ticket = match admitted {
             Ok(ticket) => ticket,
             Err(e) => {
-                limits::refused(&gateway.metrics, e, &client);
+                limits::refused(gateway.metrics(), e, &client);
                 drop(stream);
                 continue;
             }
