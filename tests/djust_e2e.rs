@@ -131,19 +131,11 @@ async fn live_navigation_to_a_room_on_another_backend_remounts_there() {
     assert_eq!(backend_in(&remount).as_deref(), Some(to_owner.as_str()));
 }
 
-/// The issue's reproduction, and every other shape djust reads alike: once a socket is mounted
-/// on room A's owner, no message that would mount room B (or move the view to its page) reaches
-/// that backend. roomgate closes the socket first (1012; 4400 for a message it cannot read as
-/// djust would), so djust never answers with a mount of B.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn page_changes_in_any_shape_never_mount_a_room_off_its_owner() {
-    let stack = Stack::start(2).await;
-    let pair = stack.rooms_on_distinct_backends(2, "shape").await;
-    let (a, _) = &pair[0];
-    let (b, _) = &pair[1];
-    let view = "rooms.views.RoomView";
+/// A page change from room `a` to room `b` of `view` in each shape djust reads alike: what it is,
+/// the message, and the close code roomgate answers with.
+fn page_changes(view: &str, a: &str, b: &str) -> Vec<(&'static str, String, u16)> {
     let to_b = format!("/room/{b}/");
-    let shapes: Vec<(&str, String, u16)> = vec![
+    vec![
         (
             "json.dumps spacing (the issue's case)",
             format!(r#"{{"type": "live_redirect_mount", "view": "{view}", "params": {{}}, "url": "{to_b}"}}"#),
@@ -175,7 +167,21 @@ async fn page_changes_in_any_shape_never_mount_a_room_off_its_owner() {
             ),
             4400,
         ),
-    ];
+    ]
+}
+
+/// The issue's reproduction, and every other shape djust reads alike: once a socket is mounted
+/// on room A's owner, no message that would mount room B (or move the view to its page) reaches
+/// that backend. roomgate closes the socket first (1012; 4400 for a message it cannot read as
+/// djust would), so djust never answers with a mount of B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_changes_in_any_shape_never_mount_a_room_off_its_owner() {
+    let stack = Stack::start(2).await;
+    let pair = stack.rooms_on_distinct_backends(2, "shape").await;
+    let (a, _) = &pair[0];
+    let (b, _) = &pair[1];
+    let view = "rooms.views.RoomView";
+    let shapes = page_changes(view, a, b);
     for (i, (what, msg, code)) in shapes.iter().enumerate() {
         let mut tab = Tab::new(stack.proxy.addr, local(40 + i as u32));
         tab.open(a).await;
