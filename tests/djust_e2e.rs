@@ -2,6 +2,7 @@
 //! processes, roomgate in front routing `/ws/live/` by djust's mount frame, and a protocol client
 //! that behaves like client.js (page GET with cookies; `/ws/live/` with Origin and cookies; wait for
 //! `connect`; `mount`; events). A headless Chromium run with djust's real client.js closes the suite.
+//! The harness (the app's processes, the tabs) is in `tests/common/djust/`.
 //!
 //! The first run creates a pinned Python venv under `target/djust-venv` (`tests/djust/setup.sh`).
 //! Run with `--nocapture` to see the figures (reconnect times, mount latency).
@@ -11,387 +12,15 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::OnceLock;
+use std::net::SocketAddr;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::redis_server::Redis;
+use common::djust::app::{Stack, WAIT, local};
+use common::djust::tab::{Tab, backend_in, text_of};
 use common::*;
-use futures_util::{SinkExt, StreamExt};
-use http::header::HeaderValue;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::net::TcpSocket;
-use tokio::process::{Child, Command};
+use futures_util::SinkExt;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-
-/// A client socket bound to a chosen loopback address.
-type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
-
-/// Every wait in this file is bounded by this.
-const WAIT: Duration = Duration::from_secs(20);
-
-// === the Python side ===
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The venv's python, created on first use (idempotent and safe to run concurrently).
-fn python() -> PathBuf {
-    static ONCE: OnceLock<PathBuf> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        let venv = repo().join("target/djust-venv");
-        let out = std::process::Command::new(repo().join("tests/djust/setup.sh"))
-            .arg(&venv)
-            .output()
-            .expect("could not run tests/djust/setup.sh (needs bash)");
-        assert!(
-            out.status.success(),
-            "tests/djust/setup.sh failed: it needs python3 with venv (apt-get install python3-venv) and PyPI \
-             access.\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        venv.join("bin/python")
-    })
-    .clone()
-}
-
-/// Reads `child`'s stdout until a line starting with `prefix`; returns the rest of that line.
-async fn wait_line(child: &mut Child, prefix: &str, what: &str) -> String {
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let found = tokio::time::timeout(WAIT, async {
-        while let Ok(Some(line)) = lines.next_line().await {
-            if let Some(rest) = line.find(prefix).map(|i| line[i + prefix.len()..].to_owned()) {
-                return Some(rest);
-            }
-        }
-        None
-    })
-    .await;
-    // Keep draining so the child never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    match found {
-        Ok(Some(rest)) => rest,
-        _ => panic!("{what} did not start (no {prefix:?} line within {WAIT:?})"),
-    }
-}
-
-/// One djust backend process (`tests/djust/serve.py`).
-struct Backend {
-    id: String,
-    addr: SocketAddr,
-    child: Child,
-}
-
-impl Backend {
-    async fn start(id: &str, redis: &Redis, prefix: &str) -> Backend {
-        let mut child = Command::new(python())
-            .arg(repo().join("tests/djust/serve.py"))
-            .env("BACKEND_ID", id)
-            .env("REDIS_SOCKET", redis.socket())
-            .env("LOBBY_PREFIX", prefix)
-            .env("DJUST_TRUSTED_PROXY_COUNT", "1")
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let port: u16 = wait_line(&mut child, "LISTENING ", id).await.trim().parse().unwrap();
-        Backend { id: id.to_owned(), addr: SocketAddr::from(([127, 0, 0, 1], port)), child }
-    }
-
-    /// SIGKILL, as a crashed process.
-    async fn kill(&mut self) {
-        self.child.start_kill().unwrap();
-        let _ = tokio::time::timeout(WAIT, self.child.wait()).await;
-    }
-}
-
-const ROUTES: &str = r#"
-[[routes]]
-prefix = "/room/"
-mode = "room"
-keys = ["path:^/room/(?P<room>[^/]+)/"]
-on_missing = "reject"
-
-[[routes]]
-prefix = "/ws/live/"
-mode = "room"
-keys = ["djust:^/room/(?P<room>[^/]+)/"]
-on_missing = "shared"
-
-[[routes]]
-prefix = "/"
-mode = "shared"
-"#;
-
-/// Redis, `n` djust backends and roomgate in front of them.
-struct Stack {
-    _redis: Redis,
-    backends: Vec<Backend>,
-    proxy: Proxy,
-}
-
-impl Stack {
-    async fn start(n: usize) -> Stack {
-        Self::start_with(n, "").await
-    }
-
-    /// With `extra` config sections for roomgate.
-    async fn start_with(n: usize, extra: &str) -> Stack {
-        // The lobby's shared store: a private redis-server on a unix socket.
-        let redis = Redis::start().await;
-        let prefix = format!("e2e-{}:", std::process::id());
-        let backends = futures_util::future::join_all((0..n).map(|i| {
-            let id = format!("game-{i}");
-            let (redis, prefix) = (&redis, &prefix);
-            async move { Backend::start(&id, redis, prefix).await }
-        }))
-        .await;
-        let list: Vec<(&str, SocketAddr)> = backends.iter().map(|b| (b.id.as_str(), b.addr)).collect();
-        let proxy = Proxy::start(&config(&list, ROUTES, extra)).await;
-        Stack { _redis: redis, backends, proxy }
-    }
-
-    /// The room's owner according to roomgate (placing the room if it is new), by a page load.
-    async fn owner(&self, room: &str) -> String {
-        Tab::new(self.proxy.addr, local(0)).load(room).await
-    }
-
-    /// Rooms `0..` whose owners differ, one per backend in `owners` order of discovery.
-    async fn rooms_on_distinct_backends(&self, count: usize, tag: &str) -> Vec<(String, String)> {
-        let mut seen = BTreeMap::new();
-        for i in 0..200 {
-            let room = format!("{tag}{i}");
-            let owner = self.owner(&room).await;
-            seen.entry(owner.clone()).or_insert(room);
-            if seen.len() == count {
-                break;
-            }
-        }
-        assert_eq!(seen.len(), count, "could not find rooms on {count} backends");
-        seen.into_iter().map(|(owner, room)| (room, owner)).collect()
-    }
-}
-
-/// Loopback address number `n` (127.1.x.y): one per simulated user, so that djust's per-address
-/// limit counts users, not roomgate.
-fn local(n: u32) -> Ipv4Addr {
-    Ipv4Addr::new(127, 1, (n / 250) as u8, (n % 250 + 1) as u8)
-}
-
-// === a client that behaves like djust's client.js ===
-
-/// One browser tab: a cookie jar, a source address and (once open) a socket mounted on a page.
-struct Tab {
-    proxy: SocketAddr,
-    from: Ipv4Addr,
-    jar: BTreeMap<String, String>,
-    page: String,
-    ws: Option<Ws>,
-    next_ref: u64,
-    /// Backend id shown by the last mount, and the last count seen.
-    backend: String,
-    count: u64,
-}
-
-fn text_of(msg: &Message) -> Option<&str> {
-    match msg {
-        Message::Text(t) => Some(t.as_str()),
-        _ => None,
-    }
-}
-
-/// The `n=<count>` in a server message (mount html or a SetText patch), if any.
-fn count_in(text: &str) -> Option<u64> {
-    let at = text.find("n=")?;
-    let digits: String = text[at + 2..].chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
-}
-
-/// The backend id in a mount's html: `id="backend">game-0<`, JSON-escaped.
-fn backend_in(text: &str) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(text).ok()?;
-    let html = v["html"].as_str()?;
-    let at = html.find(r#"id="backend">"#)? + r#"id="backend">"#.len();
-    Some(html[at..].split('<').next()?.to_owned())
-}
-
-impl Tab {
-    fn new(proxy: SocketAddr, from: Ipv4Addr) -> Tab {
-        Tab {
-            proxy,
-            from,
-            jar: BTreeMap::new(),
-            page: String::new(),
-            ws: None,
-            next_ref: 1,
-            backend: String::new(),
-            count: 0,
-        }
-    }
-
-    /// A tab of the same browser: same cookie jar and address.
-    fn sibling(&self) -> Tab {
-        let mut t = Tab::new(self.proxy, self.from);
-        t.jar = self.jar.clone();
-        t
-    }
-
-    fn cookie_header(&self) -> String {
-        self.jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ")
-    }
-
-    /// Loads `/room/<room>/` (HTTP, keeping cookies); returns the backend that served the page.
-    async fn load(&mut self, room: &str) -> String {
-        self.page = format!("/room/{room}/");
-        let url = format!("http://{}{}", self.proxy, self.page);
-        let cookie = self.cookie_header();
-        let mut headers = vec![];
-        if !cookie.is_empty() {
-            headers.push(("cookie", cookie.as_str()));
-        }
-        let (status, h, body) = get(&http_client(), &url, &headers).await;
-        assert!(status.is_success(), "GET {url}: {status} {body}");
-        for v in h.get_all("set-cookie") {
-            let pair = v.to_str().unwrap().split(';').next().unwrap();
-            let (k, v) = pair.split_once('=').unwrap();
-            self.jar.insert(k.trim().to_owned(), v.trim().to_owned());
-        }
-        let at = body.find(r#"id="backend">"#).expect("page shows its backend") + r#"id="backend">"#.len();
-        body[at..].split('<').next().unwrap().to_owned()
-    }
-
-    /// Opens `/ws/live/` from this tab's address with Origin and cookies, waits for `connect`,
-    /// mounts the current page and waits for the mount. Returns the close code instead when the
-    /// socket is closed before it is mounted.
-    async fn connect(&mut self) -> Result<(), Option<u16>> {
-        let socket = TcpSocket::new_v4().unwrap();
-        socket.bind(SocketAddr::new(IpAddr::V4(self.from), 0)).unwrap();
-        let stream = tokio::time::timeout(WAIT, socket.connect(self.proxy)).await.unwrap().unwrap();
-        let mut req = format!("ws://{}/ws/live/", self.proxy).into_client_request().unwrap();
-        let h = req.headers_mut();
-        h.insert("origin", HeaderValue::from_str(&format!("http://{}", self.proxy)).unwrap());
-        h.insert("cookie", HeaderValue::from_str(&self.cookie_header()).unwrap());
-        let (mut ws, _) =
-            tokio::time::timeout(WAIT, tokio_tungstenite::client_async(req, stream)).await.unwrap().unwrap();
-        let first = recv(&mut ws).await?;
-        // roomgate's greeting is compact; djust's own (direct connections) is `json.dumps` spaced.
-        let greeting = text_of(&first).map(|t| t.replace(' ', ""));
-        assert!(greeting.is_some_and(|t| t.starts_with(r#"{"type":"connect""#)), "{first:?}");
-        let mount = serde_json::json!({
-            "type": "mount", "view": "rooms.views.RoomView", "params": {}, "url": self.page,
-            "has_prerendered": true, "client_timezone": "UTC",
-        });
-        ws.send(Message::text(mount.to_string())).await.map_err(|_| None)?;
-        loop {
-            let msg = recv(&mut ws).await?;
-            let Some(text) = text_of(&msg) else { continue };
-            if text.starts_with(r#"{"type": "mount""#) {
-                self.backend = backend_in(text).expect("mount html shows the backend");
-                self.count = count_in(text).expect("mount html shows the count");
-                break;
-            }
-        }
-        self.ws = Some(ws);
-        Ok(())
-    }
-
-    /// Loads the page and mounts it; panics if the socket is refused.
-    async fn open(&mut self, room: &str) {
-        self.load(room).await;
-        if let Err(code) = self.connect().await {
-            panic!("socket for room {room} refused with {code:?}");
-        }
-    }
-
-    /// Reconnects as client.js does after a close: a new socket mounting the current page, with
-    /// a short backoff between tries. Returns the number of tries.
-    async fn reconnect(&mut self) -> u32 {
-        self.ws = None;
-        for attempt in 1..=40 {
-            if self.connect().await.is_ok() {
-                return attempt;
-            }
-            tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt.min(10)))).await;
-        }
-        panic!("{} did not remount", self.page);
-    }
-
-    /// Clicks `+1`: sends the event and waits for its reply; returns the count it shows.
-    async fn increment(&mut self) -> u64 {
-        let r = self.next_ref;
-        self.next_ref += 1;
-        let event = format!(r#"{{"type":"event","event":"increment","params":{{}},"ref":{r}}}"#);
-        let ws = self.ws.as_mut().unwrap();
-        ws.send(Message::text(event)).await.unwrap();
-        let want = format!(r#""ref": {r}"#);
-        loop {
-            let msg = recv(ws).await.unwrap_or_else(|code| panic!("closed ({code:?}) waiting for ref {r}"));
-            let text = text_of(&msg).unwrap_or_default();
-            if let Some(n) = count_in(text) {
-                self.count = self.count.max(n);
-            }
-            if text.contains(&want) {
-                return self.count;
-            }
-        }
-    }
-
-    /// Waits until the tab shows at least `n` (from replies or broadcasts).
-    async fn wait_count(&mut self, n: u64) {
-        let ws = self.ws.as_mut().unwrap();
-        while self.count < n {
-            let msg = recv(ws).await.unwrap_or_else(|code| panic!("closed ({code:?}) waiting for n={n}"));
-            if let Some(c) = text_of(&msg).and_then(count_in) {
-                self.count = self.count.max(c);
-            }
-        }
-    }
-
-    /// Sends a live navigation to `page`, as a click on a `dj-navigate` link does.
-    async fn navigate(&mut self, page: &str) {
-        self.page = page.to_owned();
-        let msg = format!(
-            r#"{{"type":"live_redirect_mount","view":"rooms.views.RoomView","params":{{}},"url":"{}"}}"#,
-            self.page
-        );
-        self.ws.as_mut().unwrap().send(Message::text(msg)).await.unwrap();
-    }
-
-    /// Waits for the socket to end; returns its close code (None: no close frame).
-    async fn closed(&mut self) -> Option<u16> {
-        let ws = self.ws.as_mut().unwrap();
-        loop {
-            match recv(ws).await {
-                Ok(_) => continue,
-                Err(code) => return code,
-            }
-        }
-    }
-}
-
-/// The next message; `Err(code)` when the socket closes (None: without a close frame).
-async fn recv(ws: &mut Ws) -> Result<Message, Option<u16>> {
-    match tokio::time::timeout(WAIT, ws.next()).await.expect("no message in time") {
-        Some(Ok(Message::Close(frame))) => {
-            while let Ok(Some(Ok(_))) = tokio::time::timeout(WAIT, ws.next()).await {}
-            Err(frame.map(|f| u16::from(f.code)))
-        }
-        Some(Ok(msg)) => Ok(msg),
-        Some(Err(_)) | None => Err(None),
-    }
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-// === scenarios ===
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_rooms_of_three_members_each_share_one_backend() {
@@ -494,7 +123,7 @@ async fn live_navigation_to_a_room_on_another_backend_remounts_there() {
     tab.navigate(&format!("/room/{to}/")).await;
     let ws = tab.ws.as_mut().unwrap();
     let remount = loop {
-        let msg = recv(ws).await.expect("same-room navigation must not close the socket");
+        let msg = recv(ws, WAIT).await.expect("same-room navigation must not close the socket");
         if let Some(t) = text_of(&msg).filter(|t| t.starts_with(r#"{"type": "mount""#)) {
             break t.to_owned();
         }
@@ -502,19 +131,11 @@ async fn live_navigation_to_a_room_on_another_backend_remounts_there() {
     assert_eq!(backend_in(&remount).as_deref(), Some(to_owner.as_str()));
 }
 
-/// The issue's reproduction, and every other shape djust reads alike: once a socket is mounted
-/// on room A's owner, no message that would mount room B (or move the view to its page) reaches
-/// that backend. roomgate closes the socket first (1012; 4400 for a message it cannot read as
-/// djust would), so djust never answers with a mount of B.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn page_changes_in_any_shape_never_mount_a_room_off_its_owner() {
-    let stack = Stack::start(2).await;
-    let pair = stack.rooms_on_distinct_backends(2, "shape").await;
-    let (a, _) = &pair[0];
-    let (b, _) = &pair[1];
-    let view = "rooms.views.RoomView";
+/// A page change from room `a` to room `b` of `view` in each shape djust reads alike: what it is,
+/// the message, and the close code roomgate answers with.
+fn page_changes(view: &str, a: &str, b: &str) -> Vec<(&'static str, String, u16)> {
     let to_b = format!("/room/{b}/");
-    let shapes: Vec<(&str, String, u16)> = vec![
+    vec![
         (
             "json.dumps spacing (the issue's case)",
             format!(r#"{{"type": "live_redirect_mount", "view": "{view}", "params": {{}}, "url": "{to_b}"}}"#),
@@ -546,14 +167,28 @@ async fn page_changes_in_any_shape_never_mount_a_room_off_its_owner() {
             ),
             4400,
         ),
-    ];
+    ]
+}
+
+/// The issue's reproduction, and every other shape djust reads alike: once a socket is mounted
+/// on room A's owner, no message that would mount room B (or move the view to its page) reaches
+/// that backend. roomgate closes the socket first (1012; 4400 for a message it cannot read as
+/// djust would), so djust never answers with a mount of B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_changes_in_any_shape_never_mount_a_room_off_its_owner() {
+    let stack = Stack::start(2).await;
+    let pair = stack.rooms_on_distinct_backends(2, "shape").await;
+    let (a, _) = &pair[0];
+    let (b, _) = &pair[1];
+    let view = "rooms.views.RoomView";
+    let shapes = page_changes(view, a, b);
     for (i, (what, msg, code)) in shapes.iter().enumerate() {
         let mut tab = Tab::new(stack.proxy.addr, local(40 + i as u32));
         tab.open(a).await;
         let ws = tab.ws.as_mut().unwrap();
         ws.send(Message::text(msg.clone())).await.unwrap();
         let closed = loop {
-            match recv(ws).await {
+            match recv(ws, WAIT).await {
                 Ok(m) => {
                     let t = text_of(&m).unwrap_or_default();
                     assert!(!t.starts_with(r#"{"type": "mount"#), "{what}: djust mounted the page: {t:.200}");
@@ -566,17 +201,13 @@ async fn page_changes_in_any_shape_never_mount_a_room_off_its_owner() {
     // A room named in the mount's params rather than its URL: djust hands params to `mount()`
     // next to the URL's keyword arguments, and a view that takes `room` would join B on the shared
     // pool. roomgate refuses a page change whose params name another room than its URL.
-    let (mut ws, _) = {
-        let mut req = format!("ws://{}/ws/live/", stack.proxy.addr).into_client_request().unwrap();
-        req.headers_mut().insert("origin", HeaderValue::from_str(&format!("http://{}", stack.proxy.addr)).unwrap());
-        let stream = tokio::net::TcpStream::connect(stack.proxy.addr).await.unwrap();
-        tokio_tungstenite::client_async(req, stream).await.unwrap()
-    };
-    recv(&mut ws).await.unwrap();
+    let origin = format!("http://{}", stack.proxy.addr);
+    let mut ws = ws_connect(&stack.proxy.ws_url("/ws/live/"), &[("origin", &origin)]).await;
+    recv(&mut ws, WAIT).await.unwrap();
     let mount = format!(r#"{{"type":"mount","view":"{view}","params":{{"room":"{b}"}},"url":"/lobby/"}}"#);
     ws.send(Message::text(mount)).await.unwrap();
     loop {
-        match recv(&mut ws).await {
+        match recv(&mut ws, WAIT).await {
             Ok(m) => assert!(!text_of(&m).unwrap_or_default().starts_with(r#"{"type": "mount""#), "mounted"),
             Err(code) => break assert_eq!(code, Some(4400)),
         }
@@ -753,22 +384,7 @@ async fn chromium_with_djust_client_js_clicks_through_roomgate() {
     assert!(chromium.exists(), "/usr/bin/chromium is missing: apt-get install chromium (the CI script installs it)");
     let stack = Stack::start(2).await;
     let pair = stack.rooms_on_distinct_backends(2, "web").await;
-    let out = tokio::time::timeout(
-        Duration::from_secs(90),
-        Command::new(python())
-            .arg(repo().join("tests/djust/browser.py"))
-            .arg(format!("http://{}", stack.proxy.addr))
-            .arg(&pair[0].0)
-            .arg(&pair[1].0)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("browser.py took over 90 s")
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "browser.py failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let result: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let result = stack.browser(&pair[0].0, &pair[1].0).await;
     for (tab, (room, owner)) in ["a", "b"].iter().zip(&pair) {
         let r = &result[tab];
         assert_eq!(r["backend"], owner.as_str(), "tab {tab} (room {room}): {result}");

@@ -19,18 +19,14 @@
 //! What has been written to the backend ends at a frame boundary whenever bytes are held back
 //! ([`NavWatch::is_holding`]): a close frame can then follow at once, the held bytes dropped.
 
-use std::cell::RefCell;
+mod travel;
+mod verdict;
 
 use prometheus_client::metrics::counter::Counter;
 use regex::Regex;
 
-use super::frame::{FrameError, Head, OP_BINARY, OP_CONTINUATION, OP_TEXT, head_len, parse_head, unmask};
-use crate::djust::{self, Effect};
-
-thread_local! {
-    /// Unmasked payload of a message classified in place.
-    static UNMASKED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
+use self::travel::{Done, Start};
+use super::frame::{FrameError, Head, OP_BINARY, OP_CONTINUATION, OP_TEXT, head_len, parse_head};
 
 /// Watches one socket's client stream.
 #[derive(Debug)]
@@ -142,96 +138,129 @@ impl NavWatch {
         mut write: impl FnMut(&[u8]) -> Result<(), E>,
     ) -> Result<Option<Stop>, E> {
         let mut write = |bytes: &[u8]| if bytes.is_empty() { Ok(()) } else { write(bytes) };
-        let mut i = 0;
-        // Writable bytes of `data` not handed to `write` yet start here. `None` while bytes are
-        // held: those go first.
-        let mut run = self.held.is_empty().then_some(0);
+        let mut chunk = Chunk { data, at: 0, run: self.held.is_empty().then_some(0) };
         loop {
-            if let Some(frame) = self.frame.as_mut() {
-                if frame.remaining > 0 && i == data.len() {
-                    break;
-                }
-                let take = frame.remaining.min((data.len() - i) as u64) as usize;
-                if frame.relay == Relay::Held {
-                    self.held.extend_from_slice(&data[i..i + take]);
-                }
-                frame.remaining -= take as u64;
-                i += take;
-                if frame.remaining == 0 {
-                    let frame = *frame;
-                    self.frame = None;
-                    match self.frame_done(frame) {
-                        Done::More => {}
-                        Done::Release => {
-                            write(&self.held)?;
-                            self.held.clear();
-                            run = Some(i);
-                        }
-                        Done::Stop(stop) => return Ok(Some(self.stopped(stop))),
-                    }
-                }
-                continue;
-            }
-            if i == data.len() {
-                break;
-            }
-            if let Some(from) = run {
-                // At a boundary with nothing held: the fast path, in place.
-                let Some(head) = parse_head(&data[i..])? else {
-                    write(&data[from..i])?;
-                    self.hold_rest(&data[i..]);
-                    return Ok(None);
-                };
-                match self.start(head, &data[i..])? {
-                    Start::Pass => i += head.frame_len() as usize,
-                    Start::Enter(relay) => {
-                        if relay == Relay::Held {
-                            write(&data[from..i])?;
-                            self.held.extend_from_slice(&data[i..i + head.len]);
-                            run = None;
-                        }
-                        i += head.len;
-                        self.enter(head, relay);
-                    }
-                    Start::Wait => {
-                        write(&data[from..i])?;
-                        self.hold_rest(&data[i..]);
-                        return Ok(None);
-                    }
-                    Start::Stop(stop) => {
-                        write(&data[from..i])?;
-                        return Ok(Some(self.stopped(stop)));
-                    }
-                }
-                continue;
-            }
-            // A header arriving behind held bytes: gathered in `held`.
-            let at = self.held.len() - self.partial;
-            let need = head_needs(&self.held[at..], &data[i..]);
-            let take = (need - self.partial).min(data.len() - i);
-            self.held.extend_from_slice(&data[i..i + take]);
-            self.partial += take;
-            i += take;
-            let Some(head) = parse_head(&self.held[at..])? else { continue };
-            match self.start_held(head, data.get(i).copied())? {
-                Start::Enter(relay) => {
-                    self.partial = 0;
-                    if relay == Relay::Streamed {
-                        // Only this frame's header is held: write it, its payload follows.
-                        write(&self.held)?;
-                        self.held.clear();
-                        run = Some(i);
-                    }
-                    self.enter(head, relay);
-                }
-                Start::Pass | Start::Wait => return Ok(None),
-                Start::Stop(stop) => return Ok(Some(self.stopped(stop))),
+            let step = match (self.frame, chunk.run) {
+                (Some(frame), _) => self.payload(frame, &mut chunk, &mut write)?,
+                (None, _) if chunk.rest().is_empty() => Step::End,
+                (None, Some(from)) => self.head_in_place(from, &mut chunk, &mut write)?,
+                (None, None) => self.head_behind_held(&mut chunk, &mut write)?,
+            };
+            match step {
+                Step::On => {}
+                Step::End => break,
+                Step::Return(stop) => return Ok(stop),
             }
         }
-        if let Some(from) = run {
+        if let Some(from) = chunk.run {
             write(&data[from..])?;
         }
         Ok(None)
+    }
+
+    /// Inside `frame`'s payload: takes what the chunk has of it (held, or left in the run to be
+    /// written) and finishes the frame at its last byte.
+    fn payload<E>(
+        &mut self,
+        mut frame: Frame,
+        chunk: &mut Chunk<'_>,
+        write: &mut impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<Step, E> {
+        let rest = chunk.rest();
+        if frame.remaining > 0 && rest.is_empty() {
+            return Ok(Step::End);
+        }
+        let take = frame.remaining.min(rest.len() as u64) as usize;
+        if frame.relay == Relay::Held {
+            self.held.extend_from_slice(&rest[..take]);
+        }
+        frame.remaining -= take as u64;
+        chunk.at += take;
+        if frame.remaining > 0 {
+            self.frame = Some(frame);
+            return Ok(Step::On);
+        }
+        self.frame = None;
+        match self.frame_done(frame) {
+            Done::More => {}
+            Done::Release => {
+                write(&self.held)?;
+                self.held.clear();
+                chunk.run = Some(chunk.at);
+            }
+            Done::Stop(stop) => return Ok(Step::Return(Some(self.stopped(stop)))),
+        }
+        Ok(Step::On)
+    }
+
+    /// A frame header at a boundary with nothing held, the run starting at `from`: the fast path,
+    /// in place. A frame that must be held ends the run; one whose header is not whole, or whose
+    /// first payload byte decides, is held with the rest of the chunk.
+    fn head_in_place<E: From<FrameError>>(
+        &mut self,
+        from: usize,
+        chunk: &mut Chunk<'_>,
+        write: &mut impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<Step, E> {
+        let rest = chunk.rest();
+        let Some(head) = parse_head(rest)? else {
+            write(chunk.run_to_here(from))?;
+            self.hold_rest(rest);
+            return Ok(Step::Return(None));
+        };
+        match self.start(head, rest)? {
+            Start::Pass => chunk.at += head.frame_len() as usize,
+            Start::Enter(relay) => {
+                if relay == Relay::Held {
+                    write(chunk.run_to_here(from))?;
+                    self.held.extend_from_slice(&rest[..head.len]);
+                    chunk.run = None;
+                }
+                chunk.at += head.len;
+                self.enter(head, relay);
+            }
+            Start::Wait => {
+                write(chunk.run_to_here(from))?;
+                self.hold_rest(rest);
+                return Ok(Step::Return(None));
+            }
+            Start::Stop(stop) => {
+                write(chunk.run_to_here(from))?;
+                return Ok(Step::Return(Some(self.stopped(stop))));
+            }
+        }
+        Ok(Step::On)
+    }
+
+    /// A header arriving behind held bytes: gathered in `held` until it is whole, then its frame
+    /// is entered (a streamed one releases what is held and starts a run) or the scan returns.
+    fn head_behind_held<E: From<FrameError>>(
+        &mut self,
+        chunk: &mut Chunk<'_>,
+        write: &mut impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<Step, E> {
+        let at = self.held.len() - self.partial;
+        let need = head_needs(&self.held[at..], chunk.rest());
+        let take = (need - self.partial).min(chunk.rest().len());
+        self.held.extend_from_slice(&chunk.rest()[..take]);
+        self.partial += take;
+        chunk.at += take;
+        let Some(head) = parse_head(&self.held[at..])? else { return Ok(Step::On) };
+        match self.start_held(head, chunk.rest().first().copied())? {
+            Start::Enter(relay) => {
+                self.partial = 0;
+                if relay == Relay::Streamed {
+                    // Only this frame's header is held: write it, its payload follows.
+                    write(&self.held)?;
+                    self.held.clear();
+                    chunk.run = Some(chunk.at);
+                }
+                self.enter(head, relay);
+                Ok(Step::On)
+            }
+            Start::Pass | Start::Wait => Ok(Step::Return(None)),
+            Start::Stop(stop) => Ok(Step::Return(Some(self.stopped(stop)))),
+        }
     }
 
     /// Holds the rest of a chunk, from a frame boundary: its header is not whole, or what decides
@@ -239,86 +268,6 @@ impl NavWatch {
     fn hold_rest(&mut self, rest: &[u8]) {
         self.held.extend_from_slice(rest);
         self.partial = rest.len();
-    }
-
-    /// A frame starts in place (`rest` begins with it; nothing is held): pass it whole, enter it,
-    /// wait for more, or stop.
-    fn start(&mut self, head: Head, rest: &[u8]) -> Result<Start, FrameError> {
-        self.check_sequence(&head)?;
-        let whole = rest.len() as u64 >= head.frame_len();
-        if head.opcode & 0x8 != 0 {
-            return Ok(if whole { Start::Pass } else { Start::Enter(Relay::Held) });
-        }
-        if self.message == Some(Relay::Streamed) {
-            return Ok(Start::Enter(Relay::Streamed));
-        }
-        // The first frame of a message.
-        if head.opcode == OP_BINARY && head.payload_len > 0 {
-            match rest.get(head.len).map(|b| first_byte(&head, *b)) {
-                Some(first) if djust::binary_is_inert(first) => return Ok(Start::Enter(Relay::Streamed)),
-                Some(_) => {}
-                None => return Ok(Start::Wait), // its first byte decides
-            }
-        }
-        if head.frame_len() > self.limit as u64 {
-            return Ok(Start::Stop(Stop::TooLarge(self.limit)));
-        }
-        if whole && head.fin {
-            let frame = &rest[..head.frame_len() as usize];
-            return Ok(match self.verdict_in_place(&head, frame) {
-                Some(stop) => Start::Stop(stop),
-                None => Start::Pass,
-            });
-        }
-        Ok(Start::Enter(Relay::Held))
-    }
-
-    /// A frame whose header was gathered at the end of `held`; `first` is the next byte of the
-    /// stream, if it has arrived. (Never `Pass`: it is not in the chunk to be passed in place.)
-    fn start_held(&mut self, head: Head, first: Option<u8>) -> Result<Start, FrameError> {
-        self.check_sequence(&head)?;
-        let data_frame = head.opcode & 0x8 == 0;
-        if data_frame && self.message == Some(Relay::Streamed) {
-            return Ok(Start::Enter(Relay::Streamed));
-        }
-        if data_frame && self.message.is_none() && head.opcode == OP_BINARY && head.payload_len > 0 {
-            match first.map(|b| first_byte(&head, b)) {
-                Some(first) if djust::binary_is_inert(first) => return Ok(Start::Enter(Relay::Streamed)),
-                Some(_) => {}
-                None => return Ok(Start::Wait),
-            }
-        }
-        if self.held.len() as u64 + head.payload_len > self.limit as u64 {
-            return Ok(Start::Stop(Stop::TooLarge(self.limit)));
-        }
-        Ok(Start::Enter(Relay::Held))
-    }
-
-    /// Moves into a frame's payload (the loop finishes an empty one at once).
-    fn enter(&mut self, head: Head, relay: Relay) {
-        if head.opcode & 0x8 == 0 && self.message.is_none() {
-            self.message = Some(relay);
-        }
-        self.frame = Some(Frame { head, remaining: head.payload_len, relay });
-    }
-
-    /// A frame's last byte arrived.
-    fn frame_done(&mut self, frame: Frame) -> Done {
-        let data_frame = frame.head.opcode & 0x8 == 0;
-        if data_frame && frame.head.fin {
-            let relay = self.message.take();
-            if relay == Some(Relay::Held) {
-                return match self.verdict_held() {
-                    Some(stop) => Done::Stop(stop),
-                    None => Done::Release,
-                };
-            }
-            return Done::More;
-        }
-        if frame.relay == Relay::Held && self.message != Some(Relay::Held) {
-            return Done::Release; // a control frame that arrived in pieces, outside a held message
-        }
-        Done::More
     }
 
     fn stopped(&mut self, stop: Stop) -> Stop {
@@ -341,86 +290,38 @@ impl NavWatch {
             _ => Ok(()),
         }
     }
+}
 
-    /// A whole one-frame message in the chunk, classified in place.
-    fn verdict_in_place(&self, head: &Head, frame: &[u8]) -> Option<Stop> {
-        UNMASKED.with_borrow_mut(|payload| {
-            payload.clear();
-            payload.extend_from_slice(&frame[head.len..]);
-            unmask(payload, head.mask, 0);
-            let stop = self.verdict(head.opcode, payload);
-            if payload.capacity() > 64 * 1024 {
-                *payload = Vec::new(); // the scratch stays small between large messages
-            }
-            stop
-        })
+/// A chunk of the client stream being scanned.
+struct Chunk<'a> {
+    data: &'a [u8],
+    /// Scanned up to here.
+    at: usize,
+    /// Writable bytes of `data` not handed to `write` yet start here. `None` while bytes are
+    /// held: those go first.
+    run: Option<usize>,
+}
+
+impl<'a> Chunk<'a> {
+    /// What is not scanned yet.
+    fn rest(&self) -> &'a [u8] {
+        &self.data[self.at..]
     }
 
-    /// The held message, whole, classified.
-    fn verdict_held(&self) -> Option<Stop> {
-        let mut payload = Vec::new();
-        let mut opcode = OP_TEXT;
-        let mut at = 0;
-        while let Ok(Some(head)) = parse_head(&self.held[at..]) {
-            let end = at + head.frame_len() as usize;
-            if head.opcode & 0x8 == 0 {
-                if head.opcode != OP_CONTINUATION {
-                    opcode = head.opcode;
-                }
-                let start = payload.len();
-                payload.extend_from_slice(&self.held[at + head.len..end]);
-                unmask(&mut payload[start..], head.mask, 0);
-            }
-            at = end;
-        }
-        self.verdict(opcode, &payload)
-    }
-
-    /// Whether a whole message may pass.
-    fn verdict(&self, opcode: u8, payload: &[u8]) -> Option<Stop> {
-        let effect = match opcode {
-            OP_BINARY => djust::binary_effect(payload),
-            _ => djust::text_effect(payload),
-        };
-        match effect {
-            Effect::None => None,
-            Effect::Unreadable(why) => Some(Stop::Unreadable(why)),
-            Effect::Pages(pages) => match djust::room_of_pages(&self.regex, &pages) {
-                Ok(room) if room.as_deref() == self.room.as_deref() => None,
-                Ok(_) | Err(djust::PagesError::TwoRooms) => {
-                    let to: Vec<&str> = pages.iter().map(|p| p.path.as_str()).collect();
-                    Some(Stop::Navigated(to.join(" ")))
-                }
-                Err(e @ (djust::PagesError::BadKey(..) | djust::PagesError::ParamsRoom { .. })) => {
-                    Some(Stop::Unreadable(e.to_string()))
-                }
-            },
-        }
+    /// The run from `from` up to what is scanned.
+    fn run_to_here(&self, from: usize) -> &'a [u8] {
+        &self.data[from..self.at]
     }
 }
 
-/// How a frame starts.
-enum Start {
-    /// Whole in the chunk and may be written as it is.
-    Pass,
-    /// Its payload follows: relayed as it arrives, or held.
-    Enter(Relay),
-    /// Its header is here but what decides is not: hold it all and wait.
-    Wait,
-    Stop(Stop),
-}
-
-/// What a frame's end did.
-enum Done {
-    More,
-    /// The held bytes are whole frames that may be written.
-    Release,
-    Stop(Stop),
-}
-
-/// A payload's first byte as sent, `wire` unmasked.
-fn first_byte(head: &Head, wire: u8) -> u8 {
-    wire ^ head.mask.map_or(0, |m| m[0])
+/// Where the scan of a chunk goes after one step.
+enum Step {
+    /// On through the chunk.
+    On,
+    /// The chunk is used up: the run, if any, is written.
+    End,
+    /// Return this at once: the rest of the chunk is held, or the stream stopped.
+    Return(Option<Stop>),
 }
 
 /// Header length of a frame whose first bytes are `known` then `more`; 2 until the second byte

@@ -1,5 +1,9 @@
 //! djust sockets against the test backends: routes with a `djust:` source, and a client that
-//! opens a page's socket as client.js does.
+//! opens a page's socket as client.js does. The real djust app (`tests/djust/`) for the end-to-end
+//! suite: its processes in `app`, a browser tab speaking its protocol in `tab`.
+
+pub mod app;
+pub mod tab;
 
 use futures_util::SinkExt;
 use tokio_tungstenite::tungstenite::Message;

@@ -543,6 +543,19 @@ pub async fn next(ws: &mut Ws) -> Message {
     tokio::time::timeout(LIMIT, ws.next()).await.expect("no message in time").expect("stream ended").unwrap()
 }
 
+/// The next message within `limit`; `Err(code)` once the socket closes (None: without a close
+/// frame), after the close handshake is completed as a browser does.
+pub async fn recv(ws: &mut Ws, limit: Duration) -> Result<Message, Option<u16>> {
+    match tokio::time::timeout(limit, ws.next()).await.expect("no message in time") {
+        Some(Ok(Message::Close(frame))) => {
+            while let Ok(Some(Ok(_))) = tokio::time::timeout(limit, ws.next()).await {}
+            Err(frame.map(|f| u16::from(f.code)))
+        }
+        Some(Ok(msg)) => Ok(msg),
+        Some(Err(_)) | None => Err(None),
+    }
+}
+
 /// Reads until the close frame and completes the close handshake, as a browser does; returns the
 /// code.
 pub async fn close_code(ws: &mut Ws) -> Option<u16> {
@@ -595,6 +608,12 @@ pub async fn spawn_roomgate(config: &std::path::Path) -> (tokio::process::Child,
     .expect("roomgate listens");
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     (child, addr, admin)
+}
+
+/// The median of some durations.
+pub fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
 }
 
 /// "n, p50, p99, max" of some durations.
