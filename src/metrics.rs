@@ -1,6 +1,8 @@
 //! Prometheus metrics: counters updated on the request path, and gauges read from the live state
 //! (backends, directory) when `/metrics` is scraped.
 
+mod directory;
+
 use std::fmt::Write;
 use std::sync::Arc;
 use std::time::Duration;
@@ -290,7 +292,9 @@ impl Metrics {
             "# HELP roomgate_config_epoch Epoch of the config in force\n# TYPE roomgate_config_epoch gauge\nroomgate_config_epoch {}",
             snap.epoch
         );
-        directory.render_metrics(&mut out);
+        if let Some(figures) = directory.metrics() {
+            self::directory::encode(&mut out, figures);
+        }
         if let Some(tls) = tls {
             let _ = writeln!(
                 out,

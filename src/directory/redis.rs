@@ -33,23 +33,24 @@ mod conn;
 mod fleet;
 mod refresh;
 mod scripts;
+mod status;
 mod wire;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use redis::IntoConnectionInfo;
 use redis::aio::ConnectionManager;
-use serde_json::Value;
 
 use self::fleet::Fleet;
 use self::scripts::Scripts;
+use self::status::Calls;
 use super::{
-    BoxFuture, MemoryDirectory, Placement, Reassigned, ReplicaState, Retention, RoomDirectory, RoomInfo, SyncReport,
-    Use,
+    BoxFuture, DirectoryMetrics, DirectoryStatus, FleetRoom, MemoryDirectory, Placement, Reassigned, ReplicaState,
+    Retention, RoomDirectory, RoomInfo, SyncReport, Use,
 };
 use crate::lock::lock;
 use crate::throttle::Throttle;
@@ -121,23 +122,6 @@ pub struct RedisDirectory {
     attempts: tokio::sync::watch::Sender<u64>,
     /// Woken when a call finds Redis gone: the sync loop looks again at once.
     wake: tokio::sync::Notify,
-}
-
-/// Redis round trips by purpose, and time spent placing rooms.
-#[derive(Default)]
-struct Calls {
-    place: AtomicU64,
-    place_micros: AtomicU64,
-    reassign: AtomicU64,
-    refresh: AtomicU64,
-    extend: AtomicU64,
-    release: AtomicU64,
-    confirm: AtomicU64,
-    sync: AtomicU64,
-    /// Heartbeats sent (not a round trip count: paces the fleet-wide room count).
-    heartbeats: AtomicU64,
-    read: AtomicU64,
-    errors: AtomicU64,
 }
 
 impl RedisDirectory {
@@ -446,15 +430,15 @@ impl RoomDirectory for RedisDirectory {
         })
     }
 
-    fn fleet_room<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<Value>> {
+    fn fleet_room<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<FleetRoom>> {
         Box::pin(self.read_fleet_room(key))
     }
 
-    fn status(&self) -> Value {
-        self.status_json()
+    fn status(&self) -> DirectoryStatus {
+        DirectoryStatus::Redis(self.shared_status())
     }
 
-    fn render_metrics(&self, out: &mut String) {
-        self.metrics_text(out);
+    fn metrics(&self) -> Option<DirectoryMetrics> {
+        Some(self.metrics_figures())
     }
 }
