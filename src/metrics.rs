@@ -1,6 +1,8 @@
 //! Prometheus metrics: counters updated on the request path, and gauges read from the live state
 //! (backends, directory) when `/metrics` is scraped.
 
+mod directory;
+
 use std::fmt::Write;
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,92 +87,96 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("roomgate");
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
+        let mut metrics = Metrics {
+            registry: Registry::with_prefix("roomgate"),
+            requests: Family::default(),
+            upstream_seconds: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0001, 2.0, 18))),
+            reloads: Family::default(),
+            health: Family::default(),
+            djust: Family::default(),
+            discovery_resolutions: Family::default(),
+            discovered: Family::default(),
+            tls_handshakes: Family::default(),
+            tls_cert_reloads: Family::default(),
+            refused: Family::default(),
+            rooms_over_cap: Counter::default(),
+            join_waits: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+        };
+        metrics.register_traffic();
+        metrics.register_discovery_and_tls();
+        metrics.register_limits_and_rooms();
+        metrics
+    }
+
+    /// Requests, backends' latency, reloads, health transitions and djust sockets.
+    fn register_traffic(&mut self) {
+        let r = &mut self.registry;
+        r.register(
             "requests",
             "HTTP requests and WebSocket handshakes by route, status and backend",
-            requests.clone(),
+            self.requests.clone(),
         );
-        let upstream_seconds = Family::<BackendLabel, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.0001, 2.0, 18))
-        });
-        registry.register(
+        r.register(
             "upstream_response_seconds",
             "Time from sending a request to a backend to its response head",
-            upstream_seconds.clone(),
+            self.upstream_seconds.clone(),
         );
-        let reloads = Family::<ResultLabel, Counter>::default();
-        registry.register("reloads", "Config reloads by result", reloads.clone());
-        let health = Family::<TransitionLabels, Counter>::default();
-        registry.register("health_transitions", "Backends going down or coming up", health.clone());
-        let djust = Family::<OutcomeLabel, Counter>::default();
-        registry.register(
+        r.register("reloads", "Config reloads by result", self.reloads.clone());
+        r.register("health_transitions", "Backends going down or coming up", self.health.clone());
+        r.register(
             "djust_sockets",
             "djust sockets routed by their mount frame, by outcome: room, shared, refused (by roomgate), \
              backend_refused, navigated (closed on live navigation out of the room)",
-            djust.clone(),
+            self.djust.clone(),
         );
-        let discovery_resolutions = Family::<DiscoveryLabels, Counter>::default();
-        registry.register(
+    }
+
+    /// `[[discovery]]` resolutions and sets, TLS handshakes and certificate reloads.
+    fn register_discovery_and_tls(&mut self) {
+        let r = &mut self.registry;
+        r.register(
             "discovery_resolutions",
             "DNS SRV resolutions of [[discovery]] entries by outcome: ok, empty (NXDOMAIN or no records), \
              timeout, error, invalid (two targets with one id, a target without an address)",
-            discovery_resolutions.clone(),
+            self.discovery_resolutions.clone(),
         );
-        let discovered = Family::<SrvLabel, Gauge>::default();
-        registry.register(
+        r.register(
             "discovered_backends",
             "Backends in the last good set of a [[discovery]] entry",
-            discovered.clone(),
+            self.discovered.clone(),
         );
-        let tls_handshakes = Family::<ResultLabel, Counter>::default();
-        registry.register(
+        r.register(
             "tls_handshakes",
             "TLS handshakes by result: full, resumed, failed, timeout",
-            tls_handshakes.clone(),
+            self.tls_handshakes.clone(),
         );
-        let tls_cert_reloads = Family::<OutcomeLabel, Counter>::default();
-        registry.register(
+        r.register(
             "tls_cert_reloads",
             "TLS certificates reloaded after their files changed, by outcome: ok, failed (the one in force stays)",
-            tls_cert_reloads.clone(),
+            self.tls_cert_reloads.clone(),
         );
-        let refused = Family::<LimitLabel, Counter>::default();
-        registry.register(
+    }
+
+    /// Limits reached, rooms over the directory's cap, and joins that waited for their room.
+    fn register_limits_and_rooms(&mut self) {
+        let r = &mut self.registry;
+        r.register(
             "refused",
             "Connections closed at accept and requests answered 503 because a limit was reached, by the \
              limit's config key",
-            refused.clone(),
+            self.refused.clone(),
         );
-        let rooms_over_cap = Counter::default();
-        registry.register(
+        r.register(
             "rooms_over_cap",
             "New rooms placed but not recorded because the directory held limits.max_rooms",
-            rooms_over_cap.clone(),
+            self.rooms_over_cap.clone(),
         );
-        let join_waits = Histogram::new(exponential_buckets(0.001, 2.0, 15));
-        registry.register(
+        r.register(
             "room_join_wait_seconds",
             "Time a request or socket waited for its room to settle before joining (a move in progress across \
              the fleet, or the shared directory rebuilding); only those that waited",
-            join_waits.clone(),
+            self.join_waits.clone(),
         );
-        Metrics {
-            join_waits,
-            refused,
-            rooms_over_cap,
-            registry,
-            requests,
-            upstream_seconds,
-            reloads,
-            health,
-            djust,
-            discovery_resolutions,
-            discovered,
-            tls_handshakes,
-            tls_cert_reloads,
-        }
     }
 
     /// Counts a connection or request refused by `limit` (its config key).
@@ -290,7 +296,9 @@ impl Metrics {
             "# HELP roomgate_config_epoch Epoch of the config in force\n# TYPE roomgate_config_epoch gauge\nroomgate_config_epoch {}",
             snap.epoch
         );
-        directory.render_metrics(&mut out);
+        if let Some(figures) = directory.metrics() {
+            self::directory::encode(&mut out, figures);
+        }
         if let Some(tls) = tls {
             let _ = writeln!(
                 out,

@@ -465,7 +465,7 @@ async fn figures_at_ten_thousand_live_rooms() {
     let pct = |p: f64| latencies[((latencies.len() as f64 - 1.0) * p) as usize];
     let commands_before = redis.commands().await;
     let trips = |d: &Arc<RedisDirectory>| {
-        let c = &d.status()["calls"];
+        let c = &serde_json::to_value(d.status()).unwrap()["calls"];
         ["refresh", "sync", "read"].iter().map(|op| c[op].as_u64().unwrap()).sum::<u64>()
     };
     let trips_before: u64 = dirs.iter().map(trips).sum();

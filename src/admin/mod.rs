@@ -209,12 +209,12 @@ async fn room(control: &Control, key: &str) -> Result<Value, (StatusCode, String
     let key = decode(key);
     let directory = &control.gateway().directory();
     let fleet = directory.fleet_room(&key).await;
-    let known_in_fleet = fleet.as_ref().is_some_and(|f| !f["owner"].is_null());
+    let known_in_fleet = fleet.as_ref().is_some_and(|f| f.owner.is_some());
     match directory.get(&key) {
         Some(info) => {
             let mut v = json!(info);
             if let Some(f) = fleet {
-                v["fleet"] = f;
+                v["fleet"] = json!(f);
             }
             Ok(v)
         }

@@ -9,7 +9,7 @@ use prometheus_client::metrics::counter::Counter;
 use crate::table::shrink;
 
 use super::cap::{Cap, DEFAULT_MAX_ROOMS};
-use super::{BoxFuture, Placement, Reassigned, Retention, RoomDirectory, RoomInfo, Use};
+use super::{BoxFuture, DirectoryStatus, LocalStatus, Placement, Reassigned, Retention, RoomDirectory, RoomInfo, Use};
 
 const SHARDS: usize = 64;
 
@@ -383,8 +383,8 @@ impl RoomDirectory for MemoryDirectory {
         (self.cap.known(), live)
     }
 
-    fn status(&self) -> serde_json::Value {
-        serde_json::json!({ "backend": "memory", "max_rooms": self.cap.max(), "over_cap": self.cap.over_cap() })
+    fn status(&self) -> DirectoryStatus {
+        DirectoryStatus::Memory(LocalStatus { max_rooms: self.cap.max(), over_cap: self.cap.over_cap() })
     }
 }
 

@@ -13,6 +13,7 @@
 mod cap;
 mod memory;
 mod redis;
+mod status;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,6 +25,9 @@ use serde::Serialize;
 pub use cap::DEFAULT_MAX_ROOMS;
 pub use memory::{Entered, LiveEntry, MemoryDirectory};
 pub use redis::{AWAY_POLL, RedisDirectory, RedisSettings};
+pub use status::{
+    DirectoryCalls, DirectoryMetrics, DirectoryStatus, FleetClaim, FleetRoom, LocalStatus, ReplicaSeen, SharedStatus,
+};
 
 /// What kind of connection holds a room live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,17 +174,17 @@ pub trait RoomDirectory: Send + Sync + 'static {
     }
 
     /// What the fleet knows of a room: its recorded owner and the replicas holding its sockets.
-    fn fleet_room<'a>(&'a self, _key: &'a str) -> BoxFuture<'a, Option<serde_json::Value>> {
+    fn fleet_room<'a>(&'a self, _key: &'a str) -> BoxFuture<'a, Option<FleetRoom>> {
         Box::pin(std::future::ready(None))
     }
 
     /// The directory's own state, for the admin status.
-    fn status(&self) -> serde_json::Value {
-        serde_json::json!({ "backend": "memory" })
-    }
+    fn status(&self) -> DirectoryStatus;
 
-    /// Extra metrics lines (Prometheus text format).
-    fn render_metrics(&self, _out: &mut String) {}
+    /// A shared directory's figures for `/metrics` (`None`: a local one has none of its own).
+    fn metrics(&self) -> Option<DirectoryMetrics> {
+        None
+    }
 }
 
 /// What a replica tells the others on each sync.

@@ -33,23 +33,26 @@ mod conn;
 mod fleet;
 mod refresh;
 mod scripts;
+mod settings;
+mod status;
 mod wire;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use redis::IntoConnectionInfo;
 use redis::aio::ConnectionManager;
-use serde_json::Value;
 
 use self::fleet::Fleet;
 use self::scripts::Scripts;
+pub use self::settings::RedisSettings;
+use self::status::Calls;
 use super::{
-    BoxFuture, MemoryDirectory, Placement, Reassigned, ReplicaState, Retention, RoomDirectory, RoomInfo, SyncReport,
-    Use,
+    BoxFuture, DirectoryMetrics, DirectoryStatus, FleetRoom, MemoryDirectory, Placement, Reassigned, ReplicaState,
+    Retention, RoomDirectory, RoomInfo, SyncReport, Use,
 };
 use crate::lock::lock;
 use crate::throttle::Throttle;
@@ -72,25 +75,6 @@ const GONE_BATCH: usize = 2000;
 /// burst past this (while Redis is slow or away) leaves the rest with the short TTL, which costs
 /// at worst a re-placement of an idle room (the same owner unless the backend set changed).
 const FIRST_SOCKETS: usize = 10_000;
-
-/// Where the shared directory lives and how it is kept.
-#[derive(Clone, Debug)]
-pub struct RedisSettings {
-    pub url: String,
-    pub prefix: String,
-    /// This replica's id in the fleet.
-    pub replica: String,
-    /// How often live rooms are refreshed and drains read.
-    pub refresh: Duration,
-    /// Longest wait for one Redis call; past it the call counts as failed.
-    pub timeout: Duration,
-    /// How long a room stays recorded after the last refresh by any replica.
-    pub ttl: Duration,
-    /// How long a new room's record lives until a refresh or its first WebSocket gives it `ttl`.
-    pub ttl_unused: Duration,
-    /// Sent to Redis (AUTH) in place of a password in the URL (`password_file`).
-    pub password: Option<String>,
-}
 
 /// The shared directory: a local one for this replica's connections, Redis for the fleet.
 pub struct RedisDirectory {
@@ -121,23 +105,6 @@ pub struct RedisDirectory {
     attempts: tokio::sync::watch::Sender<u64>,
     /// Woken when a call finds Redis gone: the sync loop looks again at once.
     wake: tokio::sync::Notify,
-}
-
-/// Redis round trips by purpose, and time spent placing rooms.
-#[derive(Default)]
-struct Calls {
-    place: AtomicU64,
-    place_micros: AtomicU64,
-    reassign: AtomicU64,
-    refresh: AtomicU64,
-    extend: AtomicU64,
-    release: AtomicU64,
-    confirm: AtomicU64,
-    sync: AtomicU64,
-    /// Heartbeats sent (not a round trip count: paces the fleet-wide room count).
-    heartbeats: AtomicU64,
-    read: AtomicU64,
-    errors: AtomicU64,
 }
 
 impl RedisDirectory {
@@ -175,72 +142,6 @@ impl RedisDirectory {
     /// Redis answered the last call.
     pub fn is_up(&self) -> bool {
         self.up.load(Ordering::Relaxed)
-    }
-
-    fn key(&self, kind: &str, name: &str) -> String {
-        format!("{}{kind}{name}", self.settings.prefix)
-    }
-
-    fn ttl_ms(&self) -> u64 {
-        self.settings.ttl.as_millis() as u64
-    }
-
-    /// How long a claim lives without being renewed: three refreshes, so that one slow or failed
-    /// sync does not end it. Renewed at every sync while the room is live here.
-    fn lease_ms(&self) -> u64 {
-        3 * self.settings.refresh.as_millis().max(1) as u64
-    }
-
-    /// How long `held:{replica}` lives without a sync: at least as long as its claims.
-    fn held_ttl_ms(&self) -> u64 {
-        self.lease_ms().max(self.ttl_ms())
-    }
-
-    /// After Redis lost its data, how long no room without a record is placed: every replica's
-    /// next sync re-asserts the rooms it holds within one refresh, plus the time a sync takes.
-    fn rebuild_window_ms(&self) -> u64 {
-        (self.settings.refresh + 4 * self.settings.timeout).as_millis() as u64
-    }
-
-    /// One sync: reconnect if needed, replay drains, refresh live rooms, heartbeat, read drains.
-    async fn sync_once(&self, me: &ReplicaState) -> Option<SyncReport> {
-        let mut conn = self.connection().await?;
-        // A trivial call decides whether Redis is back before anything is written.
-        if !self.is_up() {
-            let ping = redis::cmd("PING");
-            let answer = tokio::time::timeout(self.settings.timeout, ping.query_async::<String>(&mut conn)).await;
-            if self.settled(answer).is_none() {
-                // A fresh connection next time, rather than one in the middle of its own
-                // reconnect back-off.
-                self.conn.store(None);
-                return None;
-            }
-            self.recovered();
-        }
-        let pending = std::mem::take(&mut *lock(&self.unshared_drains));
-        for (backend, deadline) in &pending {
-            if !self.write_drain(backend, *deadline).await {
-                lock(&self.unshared_drains).extend(pending.iter().cloned());
-                return None;
-            }
-        }
-        let moved = self.refresh().await?;
-        self.extend_first_sockets().await?;
-        let drains = self.heartbeat(me).await?;
-        Some(SyncReport { drains, moved })
-    }
-
-    async fn write_drain(&self, backend: &str, deadline: Option<u64>) -> bool {
-        let key = self.key("drains", "");
-        let mut cmd = match deadline {
-            Some(_) => redis::cmd("HSET"),
-            None => redis::cmd("HDEL"),
-        };
-        cmd.arg(&key).arg(backend);
-        if let Some(ms) = deadline {
-            cmd.arg(ms);
-        }
-        self.call(&self.calls.sync, async |c| cmd.query_async::<i64>(c).await).await.is_some()
     }
 }
 
@@ -446,15 +347,15 @@ impl RoomDirectory for RedisDirectory {
         })
     }
 
-    fn fleet_room<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<Value>> {
+    fn fleet_room<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<FleetRoom>> {
         Box::pin(self.read_fleet_room(key))
     }
 
-    fn status(&self) -> Value {
-        self.status_json()
+    fn status(&self) -> DirectoryStatus {
+        DirectoryStatus::Redis(self.shared_status())
     }
 
-    fn render_metrics(&self, out: &mut String) {
-        self.metrics_text(out);
+    fn metrics(&self) -> Option<DirectoryMetrics> {
+        Some(self.metrics_figures())
     }
 }

@@ -1,14 +1,57 @@
-//! What a replica publishes at each sync: its live rooms (re-asserted with the full TTL and
-//! recorded in `held:{replica}`), the removal of those no longer live, and the full TTL for rooms
-//! that got their first WebSocket since the last sync.
+//! One sync of the shared directory, and what a replica publishes at each: drains changed while
+//! Redis was away, its live rooms (re-asserted with the full TTL and recorded in
+//! `held:{replica}`), the removal of those no longer live, and the full TTL for rooms that got
+//! their first WebSocket since the last sync.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::wire::Record;
-use super::{BATCH, GONE_BATCH, RedisDirectory, lock};
+use super::{BATCH, GONE_BATCH, RedisDirectory, ReplicaState, SyncReport, lock};
 
 impl RedisDirectory {
+    /// One sync: reconnect if needed, replay drains, refresh live rooms, heartbeat, read drains.
+    pub(super) async fn sync_once(&self, me: &ReplicaState) -> Option<SyncReport> {
+        let mut conn = self.connection().await?;
+        // A trivial call decides whether Redis is back before anything is written.
+        if !self.is_up() {
+            let ping = redis::cmd("PING");
+            let answer = tokio::time::timeout(self.settings.timeout, ping.query_async::<String>(&mut conn)).await;
+            if self.settled(answer).is_none() {
+                // A fresh connection next time, rather than one in the middle of its own
+                // reconnect back-off.
+                self.conn.store(None);
+                return None;
+            }
+            self.recovered();
+        }
+        let pending = std::mem::take(&mut *lock(&self.unshared_drains));
+        for (backend, deadline) in &pending {
+            if !self.write_drain(backend, *deadline).await {
+                lock(&self.unshared_drains).extend(pending.iter().cloned());
+                return None;
+            }
+        }
+        let moved = self.refresh().await?;
+        self.extend_first_sockets().await?;
+        let drains = self.heartbeat(me).await?;
+        Some(SyncReport { drains, moved })
+    }
+
+    /// Shares a drain's deadline (unix ms) or its end; `false`: Redis did not take it.
+    pub(super) async fn write_drain(&self, backend: &str, deadline: Option<u64>) -> bool {
+        let key = self.key("drains", "");
+        let mut cmd = match deadline {
+            Some(_) => redis::cmd("HSET"),
+            None => redis::cmd("HDEL"),
+        };
+        cmd.arg(&key).arg(backend);
+        if let Some(ms) = deadline {
+            cmd.arg(ms);
+        }
+        self.call(&self.calls.sync, async |c| cmd.query_async::<i64>(c).await).await.is_some()
+    }
+
     /// Publishes the rooms held live here and removes from `held:{replica}` those no longer
     /// held, in as many script calls as either takes. Rooms the fleet records elsewhere are moved
     /// here (the local record) and returned as (room, local owner, fleet owner), for their

@@ -8,8 +8,9 @@
 //! or expires: that is what keeps a moved room off its new owner while any replica still has
 //! sockets on the old one (`docs/replicas.md`, "One owner at a time").
 
-/// Shared by every script: the server's clock, the rebuild window after Redis lost its data, and
-/// the claims on a room.
+/// Shared by every script: the server's clock, the rebuild window after Redis lost its data, the
+/// one parser and formatter of each stored form (`wire.rs` holds their Rust side), and the claims
+/// on a room.
 const PRELUDE: &str = r"
 local function now_ms()
   local t = redis.call('TIME')
@@ -26,11 +27,24 @@ local function rebuild_left(p, window)
   end
   return math.max(redis.call('PTTL', p .. 'rebuilding'), 0)
 end
--- A claim: owner, version, connections, until, sockets (nil when absent or malformed).
+-- A room's record, 'owner version': owner, version (nil when absent or malformed).
+local function record(r)
+  local o, v = string.match(r or '', '^(%S+) (%d+)$')
+  if not o then return nil end
+  return o, tonumber(v)
+end
+local function record_of(o, v)
+  return o .. ' ' .. v
+end
+-- A claim, 'owner version connections until sockets': owner, version, connections, until,
+-- sockets (nil when absent or malformed).
 local function claim(h)
   local o, v, c, u, s = string.match(h or '', '^(%S+) (%d+) (%d+) (%d+) (%d+)$')
   if not o then return nil end
   return o, tonumber(v), tonumber(c), tonumber(u), tonumber(s)
+end
+local function claim_of(o, v, c, u, s)
+  return o .. ' ' .. v .. ' ' .. c .. ' ' .. u .. ' ' .. s
 end
 -- The unexpired claims of every replica on `room` that name another backend than `owner`: the ms
 -- until the last of them expires (0: none), and whether any claim has connections.
@@ -65,12 +79,12 @@ if not cur then
   if rebuild > 0 then
     return {ARGV[1], 0, 0, rebuild}
   end
+  cur = record_of(ARGV[1], 1)
   if ARGV[2] ~= '0' then
-    redis.call('SET', KEYS[1], ARGV[1] .. ' 1', 'PX', ARGV[2])
+    redis.call('SET', KEYS[1], cur, 'PX', ARGV[2])
   end
-  cur = ARGV[1] .. ' 1'
 end
-local o, v = string.match(cur, '^(%S+) (%d+)$')
+local o, v = record(cur)
 local wait, live = blocking(p, redis.call('HKEYS', p .. 'replicas'), room, o, now)
 if lease > 0 and wait == 0 then
   local hk = p .. 'held:' .. me
@@ -78,10 +92,10 @@ if lease > 0 and wait == 0 then
   if not mo or mo ~= o then
     mc, ms, mu = 0, 0, 0
   end
-  redis.call('HSET', hk, room, o .. ' ' .. v .. ' ' .. mc .. ' ' .. math.max(mu, now + lease) .. ' ' .. ms)
+  redis.call('HSET', hk, room, claim_of(o, v, mc, math.max(mu, now + lease), ms))
   redis.call('PEXPIRE', hk, ARGV[8])
 end
-return {o, tonumber(v), live, wait}
+return {o, v, live, wait}
 ";
 
 /// Moves a room from ARGV[1] to ARGV[2] (the next version) unless another replica moved it
@@ -95,15 +109,14 @@ end
 local cur = redis.call('GET', KEYS[1])
 local o, v = nil, 0
 if cur then
-  o, v = string.match(cur, '^(%S+) (%d+)$')
-  v = tonumber(v)
+  o, v = record(cur)
 end
 if o == ARGV[2] then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return v
 end
 if (not cur) or o == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2] .. ' ' .. (v + 1), 'PX', ARGV[3])
+  redis.call('SET', KEYS[1], record_of(ARGV[2], v + 1), 'PX', ARGV[3])
   return v + 1
 end
 return 0
@@ -135,12 +148,12 @@ for r = 1, n do
   local room, owner, ver, conns, socks = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
   i = i + 5
   local k = p .. 'room:' .. room
-  local mine = owner .. ' ' .. ver
+  local mine = record_of(owner, ver)
   local old = redis.call('SET', k, mine, 'PX', ttl, 'GET')
   local result = ''
   if old and old ~= mine then
-    local o, v = string.match(old, '^(%S+) (%d+)$')
-    v = tonumber(v) or 0
+    local o, v = record(old)
+    v = v or 0
     if v > ver then
       redis.call('SET', k, old, 'PX', ttl)
       result = old
@@ -161,8 +174,8 @@ for r = 1, n do
         end
       end
       if best ~= owner then
-        redis.call('SET', k, best .. ' ' .. ver, 'PX', ttl)
-        result = best .. ' ' .. ver
+        result = record_of(best, ver)
+        redis.call('SET', k, result, 'PX', ttl)
       end
     end
   end
@@ -185,7 +198,7 @@ for r = 1, n do
     end
   end
   held[#held + 1] = room
-  held[#held + 1] = mine .. ' ' .. conns .. ' ' .. (now + lease) .. ' ' .. socks
+  held[#held + 1] = claim_of(owner, ver, conns, now + lease, socks)
   out[#out + 1] = result
 end
 local hk = p .. 'held:' .. me
@@ -193,7 +206,7 @@ for j = 1, m do
   local o, v, c, u, s = claim(redis.call('HGET', hk, ARGV[i]))
   if o then
     held[#held + 1] = ARGV[i]
-    held[#held + 1] = o .. ' ' .. v .. ' ' .. c .. ' ' .. (now + lease) .. ' ' .. s
+    held[#held + 1] = claim_of(o, v, c, now + lease, s)
   end
   i = i + 1
 end

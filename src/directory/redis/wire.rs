@@ -1,5 +1,6 @@
 //! The strings the Redis directory stores, each with one parser and one formatter (the Lua
-//! scripts in `scripts.rs` read and write the same forms):
+//! scripts in `scripts.rs` read and write records and claims through the one pair of each in
+//! their prelude: `record`, `record_of`, `claim`, `claim_of`):
 //! - a room's [`Record`]: `"owner version"`;
 //! - a replica's [`Claim`] on a room, in `held:{replica}`: `"owner version connections until
 //!   sockets"`, `until` in Redis server milliseconds;
