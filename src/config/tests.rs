@@ -1,4 +1,5 @@
 use super::*;
+use crate::placement::Algorithm;
 
 const MINIMAL: &str = r#"
 [[backends]]
