@@ -6,12 +6,12 @@ mod discovery;
 mod duration;
 mod file;
 mod key_path;
+mod resolve;
 mod secret;
 mod tls;
 mod types;
 
 use std::fmt;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
 use std::time::Duration;
 
@@ -375,8 +375,8 @@ impl Validator<'_> {
             if out.iter().any(|b| &b.id == id) {
                 return Err(self.err(&e.id, format!("backends[{i}].id = {id:?} is used twice; ids must be unique")));
             }
-            let addr =
-                resolve(e.addr.get_ref()).map_err(|why| self.err(&e.addr, format!("backends[{i}].addr: {why}")))?;
+            let addr = resolve::resolve(e.addr.get_ref())
+                .map_err(|why| self.err(&e.addr, format!("backends[{i}].addr: {why}")))?;
             out.push(BackendSpec {
                 id: id.clone(),
                 addr_text: e.addr.get_ref().clone(),
@@ -453,21 +453,6 @@ impl Validator<'_> {
             None => Ok(()),
         }
     }
-}
-
-/// This replica's id when the config sets none: the host name (a Kubernetes pod's name), else
-/// `roomgate-<pid>`.
-/// `host:port` to one address: IP literals directly, names through the system resolver.
-fn resolve(text: &str) -> Result<SocketAddr, String> {
-    if let Ok(addr) = text.parse::<SocketAddr>() {
-        return Ok(addr);
-    }
-    let (host, port) = text.rsplit_once(':').ok_or_else(|| format!("{text:?} has no port; write host:port"))?;
-    if host.is_empty() || port.parse::<u16>().is_err() {
-        return Err(format!("{text:?} is not host:port"));
-    }
-    let mut addrs = text.to_socket_addrs().map_err(|e| format!("cannot resolve {text:?}: {e}"))?;
-    addrs.next().ok_or_else(|| format!("{text:?} resolved to no address"))
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
