@@ -23,39 +23,22 @@ impl Validator<'_> {
         (self.at)(spanned.span(), message)
     }
 
+    /// The whole file, section by section. The order of the checks is the order errors are
+    /// reported in when a file has several.
     pub(super) fn config(&self, f: file::File, origin: &str) -> Result<Config, ConfigError> {
         let limits = self.limits(&f.limits)?;
         let timeouts = self.timeouts(&f.timeouts)?;
-        let vnodes = *f.placement.vnodes.get_ref();
-        if !(1..=10_000).contains(&vnodes) {
-            return Err(self.err(&f.placement.vnodes, format!("placement.vnodes = {vnodes}: expected 1 to 10000")));
-        }
-        let level = f.log.level.get_ref().clone();
-        let valid_level = if level.contains(['=', ',']) {
-            tracing_subscriber::EnvFilter::try_new(&level).is_ok()
-        } else {
-            level.parse::<tracing::level_filters::LevelFilter>().is_ok()
-        };
-        if !valid_level {
-            return Err(
-                self.err(&f.log.level, format!("log.level = {level:?}: expected error, warn, info, debug or trace"))
-            );
-        }
-        if f.server.listen.0.is_empty() {
-            return Err((self.at)(0..0, "server.listen: at least one address is needed".into()));
-        }
-        if *f.server.workers.get_ref() > 1024 {
-            return Err(self.err(&f.server.workers, "server.workers: at most 1024".into()));
-        }
+        let placement = self.placement(&f.placement)?;
+        let log = self.log(&f.log)?;
+        let server = self.server(f.server)?;
         let admin = self.admin(&f.admin)?;
         let health = self.health(&f.health)?;
-        if f.reload.interval.get_ref().0.is_zero() {
-            return Err(self.err(&f.reload.interval, "reload.interval must be more than 0".into()));
-        }
+        let reload = self.reload(&f.reload)?;
         let directory = self.directory(&f.directory)?;
         let discovery = self.discovery(&f.discovery)?;
         let backends = self.backends(f.backends, !discovery.is_empty())?;
-        let tls = self.tls(f.tls, &f.server.listen.0)?;
+        let tls = self.tls(f.tls, &server.listen)?;
+        let upstream = self.upstream(&f.upstream)?;
         Ok(Config {
             directory,
             tls,
@@ -65,29 +48,74 @@ impl Validator<'_> {
             health,
             drain: Drain { deadline: f.drain.deadline.0, spread: f.drain.spread.0 },
             admin,
-            reload: Reload { watch: f.reload.watch, interval: f.reload.interval.get_ref().0 },
-            server: Server {
-                listen: f.server.listen.0,
-                trusted_proxies: f.server.trusted_proxies.into_iter().map(|t| t.0).collect(),
-                workers: *f.server.workers.get_ref(),
-            },
+            reload,
+            server,
             limits,
             timeouts,
-            upstream: Upstream {
-                max_idle_per_backend: f.upstream.max_idle_per_backend,
-                idle_timeout: f.upstream.idle_timeout.0,
-                max_connections_per_backend: self.count(
-                    &f.upstream.max_connections_per_backend,
-                    "upstream.max_connections_per_backend",
-                    false,
-                )?,
-            },
-            placement: PlacementConfig { algorithm: f.placement.algorithm, vnodes },
+            upstream,
+            placement,
             backends,
             discovery,
             routes: self.routes(f.routes)?,
-            log: Log { format: f.log.format, level, access: f.log.access },
+            log,
             shutdown: Shutdown { grace: f.shutdown.grace.0 },
+        })
+    }
+
+    fn placement(&self, p: &file::PlacementSection) -> Result<PlacementConfig, ConfigError> {
+        let vnodes = *p.vnodes.get_ref();
+        if !(1..=10_000).contains(&vnodes) {
+            return Err(self.err(&p.vnodes, format!("placement.vnodes = {vnodes}: expected 1 to 10000")));
+        }
+        Ok(PlacementConfig { algorithm: p.algorithm, vnodes })
+    }
+
+    /// `log.level`: a level, or a filter of `target=level` directives.
+    fn log(&self, l: &file::LogSection) -> Result<Log, ConfigError> {
+        let level = l.level.get_ref().clone();
+        let valid_level = if level.contains(['=', ',']) {
+            tracing_subscriber::EnvFilter::try_new(&level).is_ok()
+        } else {
+            level.parse::<tracing::level_filters::LevelFilter>().is_ok()
+        };
+        if !valid_level {
+            return Err(
+                self.err(&l.level, format!("log.level = {level:?}: expected error, warn, info, debug or trace"))
+            );
+        }
+        Ok(Log { format: l.format, level, access: l.access })
+    }
+
+    fn server(&self, s: file::ServerSection) -> Result<Server, ConfigError> {
+        if s.listen.0.is_empty() {
+            return Err((self.at)(0..0, "server.listen: at least one address is needed".into()));
+        }
+        if *s.workers.get_ref() > 1024 {
+            return Err(self.err(&s.workers, "server.workers: at most 1024".into()));
+        }
+        Ok(Server {
+            listen: s.listen.0,
+            trusted_proxies: s.trusted_proxies.into_iter().map(|t| t.0).collect(),
+            workers: *s.workers.get_ref(),
+        })
+    }
+
+    fn reload(&self, r: &file::ReloadSection) -> Result<Reload, ConfigError> {
+        if r.interval.get_ref().0.is_zero() {
+            return Err(self.err(&r.interval, "reload.interval must be more than 0".into()));
+        }
+        Ok(Reload { watch: r.watch, interval: r.interval.get_ref().0 })
+    }
+
+    fn upstream(&self, u: &file::UpstreamSection) -> Result<Upstream, ConfigError> {
+        Ok(Upstream {
+            max_idle_per_backend: u.max_idle_per_backend,
+            idle_timeout: u.idle_timeout.0,
+            max_connections_per_backend: self.count(
+                &u.max_connections_per_backend,
+                "upstream.max_connections_per_backend",
+                false,
+            )?,
         })
     }
 
