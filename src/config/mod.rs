@@ -1,5 +1,10 @@
 //! Configuration: the TOML file turned into a validated [`Config`]. Every error names the line and
 //! the key that is wrong; nothing is bound or started from a config that did not validate.
+//!
+//! This root holds the entry points ([`Config::load`], [`Config::from_toml`], ...) and
+//! [`ConfigError`]. The file as written is `file` (its defaults and hand-parsed values below it),
+//! the validated types `types`, the checks `validate` (with `discovery`, `routes` and `tls` for
+//! the sections with most rules), the name resolution of backend addresses `resolve`.
 
 mod describe;
 mod discovery;
@@ -93,6 +98,7 @@ impl Config {
     }
 }
 
+/// The 1-based line of byte `offset` of `text`.
 fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
 }

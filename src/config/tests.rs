@@ -1,3 +1,5 @@
+//! Tests of the config: defaults, and that every mistake is an error naming its line and key path.
+
 use std::time::Duration;
 
 use super::*;
