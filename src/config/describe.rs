@@ -2,15 +2,26 @@
 
 use std::fmt::Write;
 
-use super::{Config, OnMissing, RouteMode};
+use super::{Config, Directory, OnMissing, Route, RouteMode};
 use crate::config::duration::HumanDuration;
 
 impl Config {
     /// A human-readable summary: listeners, placement, backends and routes in match order.
     pub fn describe(&self) -> String {
         let mut out = String::new();
-        let listen: Vec<String> = self.server.listen.iter().map(|a| a.to_string()).collect();
         let _ = writeln!(out, "config: {} (valid)", self.origin);
+        self.describe_listeners(&mut out);
+        self.describe_placement(&mut out);
+        self.describe_backends(&mut out);
+        self.describe_routes(&mut out);
+        self.describe_limits(&mut out);
+        self.describe_directory(&mut out);
+        out
+    }
+
+    /// The plain listeners, then the TLS ones and their certificates.
+    fn describe_listeners(&self, out: &mut String) {
+        let listen: Vec<String> = self.server.listen.iter().map(|a| a.to_string()).collect();
         let _ = writeln!(out, "listen: {}", listen.join(", "));
         if let Some(tls) = &self.tls {
             let listen: Vec<String> = tls.listen.iter().map(|a| a.to_string()).collect();
@@ -20,6 +31,9 @@ impl Config {
                 let _ = writeln!(out, "  certificate {}, key {}{default}", c.cert.display(), c.key.display());
             }
         }
+    }
+
+    fn describe_placement(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "placement: {}{}",
@@ -29,6 +43,10 @@ impl Config {
                 crate::placement::Algorithm::Rendezvous => String::new(),
             }
         );
+    }
+
+    /// The file's backends (and what their names resolved to), then the SRV names read for more.
+    fn describe_backends(&self, out: &mut String) {
         let _ = writeln!(out, "\nbackends ({}):", self.backends.len());
         for b in &self.backends {
             let resolved = if b.addr_text == b.addr.to_string() { String::new() } else { format!(" -> {}", b.addr) };
@@ -44,27 +62,21 @@ impl Config {
                 HumanDuration(d.timeout)
             );
         }
+    }
+
+    fn describe_routes(&self, out: &mut String) {
         let _ = writeln!(out, "\nroutes (first matching prefix wins):");
         for (i, r) in self.routes.iter().enumerate() {
             match r.mode {
                 RouteMode::Shared => {
                     let _ = writeln!(out, "  [{i}] {:<16} shared: round-robin over all backends", r.prefix);
                 }
-                RouteMode::Room => {
-                    let missing = match r.on_missing {
-                        OnMissing::Reject => "400 when no key",
-                        OnMissing::Shared => "shared pool when no key",
-                    };
-                    let _ = writeln!(out, "  [{i}] {:<16} room: {missing}", r.prefix);
-                    for (n, k) in r.keys.iter().enumerate() {
-                        let _ = writeln!(out, "        key {}: {k}", n + 1);
-                    }
-                    if let Some(c) = &r.affinity_cookie {
-                        let _ = writeln!(out, "        sets affinity cookie {c}");
-                    }
-                }
+                RouteMode::Room => describe_room_route(out, i, r),
             }
         }
+    }
+
+    fn describe_limits(&self, out: &mut String) {
         let t = &self.timeouts;
         let _ = writeln!(
             out,
@@ -79,11 +91,14 @@ impl Config {
             "limits: request head {} bytes, {} headers",
             self.limits.max_request_head, self.limits.max_headers
         );
+    }
+
+    fn describe_directory(&self, out: &mut String) {
         match &self.directory {
-            super::Directory::Memory => {
+            Directory::Memory => {
                 let _ = writeln!(out, "room directory: in memory (one replica)");
             }
-            super::Directory::Redis { prefix, refresh, replica_id, .. } => {
+            Directory::Redis { prefix, refresh, replica_id, .. } => {
                 let _ = writeln!(
                     out,
                     "room directory: Redis, prefix {prefix:?}, refresh {}, this replica {}",
@@ -92,6 +107,20 @@ impl Config {
                 );
             }
         }
-        out
+    }
+}
+
+/// A room route `i`: what it does without a key, its key sources in order and its affinity cookie.
+fn describe_room_route(out: &mut String, i: usize, r: &Route) {
+    let missing = match r.on_missing {
+        OnMissing::Reject => "400 when no key",
+        OnMissing::Shared => "shared pool when no key",
+    };
+    let _ = writeln!(out, "  [{i}] {:<16} room: {missing}", r.prefix);
+    for (n, k) in r.keys.iter().enumerate() {
+        let _ = writeln!(out, "        key {}: {k}", n + 1);
+    }
+    if let Some(c) = &r.affinity_cookie {
+        let _ = writeln!(out, "        sets affinity cookie {c}");
     }
 }

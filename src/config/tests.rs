@@ -1,4 +1,9 @@
+//! Tests of the config: defaults, and that every mistake is an error naming its line and key path.
+
+use std::time::Duration;
+
 use super::*;
+use crate::placement::Algorithm;
 
 const MINIMAL: &str = r#"
 [[backends]]
