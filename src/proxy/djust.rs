@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::request::Parts;
-use http::{Request, Response, StatusCode, Version};
+use http::{Response, StatusCode};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use regex::Regex;
@@ -20,8 +20,10 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tracing::Instrument;
 
+mod backend;
+
+use self::backend::{Upgraded, greeting_skipped};
 use super::Gateway;
-use super::headers;
 use super::upgrade::{self, TunnelSpec};
 use crate::backends::Backend;
 use crate::config::{Config, OnMissing};
@@ -35,8 +37,6 @@ use crate::relay::watch::NavWatch;
 use crate::room_key;
 use crate::snapshot::Snapshot;
 use crate::throttle::Throttle;
-
-type Upgraded = TokioIo<hyper::upgrade::Upgraded>;
 
 /// A socket ready to relay: routed, the backend's socket open with the mount sent, and the bytes
 /// each side sent beyond what was read.
@@ -330,44 +330,6 @@ impl Session {
         }
     }
 
-    /// Opens the WebSocket to the backend with the client's headers, without extensions
-    /// (roomgate reads the frames, so they must not be compressed).
-    /// `Ok(Err(status))`: the backend answered, but not with a 101.
-    async fn open(
-        &self,
-        config: &Config,
-        backend: &Arc<Backend>,
-    ) -> Result<Result<Upgraded, StatusCode>, BackendError> {
-        let mut parts = self.parts.clone();
-        headers::set_websocket_upgrade(&mut parts.headers);
-        parts.headers.remove(header::SEC_WEBSOCKET_EXTENSIONS);
-        parts.version = Version::HTTP_11;
-        if let Some(pq) = parts.uri.path_and_query().cloned() {
-            parts.uri = pq.into();
-        }
-        let key = parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned();
-        let t = &config.timeouts;
-        let mut resp = upgrade::open(backend, Request::from_parts(parts, ()), t.connect, t.upstream_response).await?;
-        if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-            return Ok(Err(resp.status()));
-        }
-        match upgrade::accepted(resp.headers(), key.as_ref().map(HeaderValue::as_bytes)) {
-            Ok(0) => {}
-            // It was offered no extension: one it accepts anyway is as wrong as a bad accept key.
-            Ok(_) => {
-                return Err(BackendError::BadUpgrade {
-                    backend: backend.id.to_string(),
-                    why: "its 101 accepts an extension never offered",
-                });
-            }
-            Err(why) => return Err(BackendError::BadUpgrade { backend: backend.id.to_string(), why }),
-        }
-        match hyper::upgrade::on(&mut resp).await {
-            Ok(io) => Ok(Ok(TokioIo::new(io))),
-            Err(e) => Err(BackendError::Failed { backend: backend.id.to_string(), source: Box::new(e) }),
-        }
-    }
-
     /// Closes the client's socket with the code for `err` and logs why. Always `None`.
     async fn refuse<C: AsyncWrite + Unpin, T>(
         &self,
@@ -394,33 +356,4 @@ impl Session {
 async fn close<C: AsyncWrite + Unpin>(client_io: &mut C, code: u16, reason: &str) {
     let _ = client_io.write_all(&close_frame(code, reason, None)).await;
     let _ = client_io.shutdown().await;
-}
-
-/// Reads the backend's first message and drops it if it is djust's `connect` greeting (the
-/// client had roomgate's). Returns the bytes read ahead, which the pump relays first. A close
-/// instead (a 101 then 4429) is `Err(code)`.
-async fn greeting_skipped<B: AsyncRead + AsyncWrite + Unpin>(
-    backend_io: &mut B,
-    config: &Config,
-) -> Result<Vec<u8>, u16> {
-    let mut buf = Vec::new();
-    let limit = config.limits.max_first_message;
-    let read = message::read_message(backend_io, &mut buf, limit, Rules::SERVER);
-    match tokio::time::timeout(config.timeouts.upstream_response, read).await {
-        Ok(Ok(msg)) if djust::is_connect(&msg.payload) => Ok(buf),
-        Ok(Ok(msg)) => {
-            let mut pre = msg.raw;
-            pre.extend_from_slice(&buf);
-            Ok(pre)
-        }
-        // Not a greeting we can read whole: relay it as it is.
-        Ok(Err(ReadError::TooLarge(_) | ReadError::Frame(_))) => Ok(buf),
-        Ok(Err(ReadError::Closed(code))) => {
-            let code = code.unwrap_or(1011);
-            let _ = backend_io.write_all(&close_frame(code, "", Some(crate::relay::mask_key()))).await;
-            Err(code)
-        }
-        Ok(Err(ReadError::Eof | ReadError::Io(_))) => Err(close_code_for(StatusCode::BAD_GATEWAY)),
-        Err(_) => Err(close_code_for(StatusCode::GATEWAY_TIMEOUT)),
-    }
 }

@@ -6,6 +6,7 @@ mod access;
 mod body;
 mod checks;
 mod djust;
+mod forward;
 pub mod headers;
 mod http;
 mod owner;
@@ -29,12 +30,11 @@ pub use upload::RequestBody;
 use self::checks::{check_handshake, check_head, route};
 use self::http::Upstream;
 use self::upgrade::TunnelSpec;
-use self::upload::Deadlines;
 use crate::backends::Backend;
 use crate::config::{Config, OnMissing, Route, RouteMode};
 use crate::directory::{Presence, RoomDirectory, Use};
 use crate::error::{BackendError, ClientError, ProxyError, respond};
-use crate::limits::{self, Admission, Held, Holds};
+use crate::limits::{self, Admission, Holds};
 use crate::metrics::{Metrics, RequestLabels};
 use crate::relay::{TunnelOptions, Tunnels};
 use crate::room_key::{self, ExtractError, RequestView};
@@ -227,67 +227,6 @@ impl Gateway {
             resp.headers_mut().append(header::SET_COOKIE, cookie);
         }
         Ok(resp)
-    }
-
-    /// Forwards a plain (not upgrade) request to the target and relays its answer. `Err`: the
-    /// client's body failed, whatever the upstream client made of it; `Ok`: the backend's outcome.
-    async fn forward(
-        &self,
-        parts: Parts,
-        body: Incoming,
-        target: &Target,
-        holds: Holds,
-        record: &Option<Box<AccessRecord>>,
-        config: &Config,
-    ) -> Result<Result<Response<ResponseBody>, BackendError>, ClientError> {
-        let presence = self.presence(target, Use::Request);
-        let counted = record.as_ref().map(|r| r.bytes_in.clone());
-        let t = &config.timeouts;
-        let deadlines = Deadlines { total: t.request_body, idle: t.request_body_idle };
-        let (body, upload) = RequestBody::new(body, counted, deadlines);
-        let req = Request::from_parts(parts, body);
-        let sent = self.upstream.send(req, &target.backend, t.upstream_response, upload.as_ref(), t.request_body).await;
-        if sent.is_err()
-            && let Some(problem) = upload.as_ref().and_then(|u| u.problem())
-        {
-            return Err(ClientError::Body(problem));
-        }
-        Ok(match sent {
-            // A 101 answers only a handshake; on a plain request it would leave the client
-            // connection in a state neither side asked for.
-            Ok(resp) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => Err(BackendError::BadUpgrade {
-                backend: target.backend.id.to_string(),
-                why: "101 to a request that asked for no upgrade",
-            }),
-            sent => sent.map(|mut resp| {
-                Held::attach(&mut resp, holds);
-                resp.map(|b| ResponseBody::upstream(b).with_presence(presence))
-            }),
-        })
-    }
-
-    /// Passive health and latency: a backend that could not be reached counts a failure.
-    fn observe_backend<T>(
-        &self,
-        snap: &Snapshot,
-        backend: &Arc<Backend>,
-        result: &Result<T, BackendError>,
-        started: Instant,
-    ) {
-        let h = &snap.config.health;
-        let transition = match result {
-            Ok(_) => {
-                self.metrics.upstream_latency(&backend.id, started.elapsed());
-                backend.record_success(h.rise)
-            }
-            Err(BackendError::Connect { .. } | BackendError::Failed { .. } | BackendError::BadUpgrade { .. }) => {
-                backend.record_failure(h.fall, h.cooldown)
-            }
-            Err(_) => None,
-        };
-        if let Some(t) = transition {
-            self.metrics.health_transition(backend, t, "requests");
-        }
     }
 
     /// Counts a connection of the target's room, if it has one.
