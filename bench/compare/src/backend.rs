@@ -80,7 +80,7 @@ async fn connection(mut stream: TcpStream, id: &str, response: &[u8]) -> std::io
 fn accept_key(key: &[u8]) -> String {
     let mut sha = sha1_smol::Sha1::new();
     sha.update(key);
-    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC11B65");
+    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
     base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
 }
 
