@@ -1,4 +1,5 @@
-# tests/djust/app/rooms/registry.py: per-process room state (module-level dict) and the Redis lobby store.
+# tests/djust/app/rooms/registry.py: per-process room state (module-level dict), its hand-off hooks, and the Redis lobby store.
+import json
 import logging
 import threading
 
@@ -37,6 +38,29 @@ def read(room):
     with _lock:
         state = ROOMS.get(room) or {"count": 0, "members": ()}
         return state["count"], len(state["members"])
+
+
+# ---- roomgate hand-off (roomgate_handoff hooks, registered in apps.py). The state handed over is the
+#      count; members are this process's own sockets, which reconnect to the new owner and join there.
+def export_room(room):
+    """The room's state as JSON, or None (204) when this process never had the room. Keeps it here."""
+    with _lock:
+        state = ROOMS.get(room)
+        if state is None:
+            return None
+        return json.dumps({"count": state["count"]}).encode(), "application/json"
+
+
+def import_room(room, data, content_type):
+    """Replaces the room's count with the exported one (members already here, if any, are kept)."""
+    if content_type.split(";")[0].strip().lower() != "application/json":
+        raise ValueError(f"room state must be application/json, got {content_type!r}")
+    count = json.loads(data)["count"]
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"room state has a bad count: {count!r}")
+    with _lock:
+        state = ROOMS.setdefault(room, {"count": 0, "members": set()})
+        state["count"] = count
 
 
 # ---- Redis lobby: {prefix}rooms = hash room -> backend id that last mounted it;

@@ -23,6 +23,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.staticfiles",
     "djust",
+    "roomgate_handoff",  # integrations/djust: roomgate's hand-off endpoints (token: env ROOMGATE_HANDOFF_TOKEN)
     "rooms",
 ]
 MIDDLEWARE = [

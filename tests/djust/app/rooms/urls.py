@@ -1,5 +1,5 @@
-# tests/djust/app/rooms/urls.py: URL map (room LiveView, lobby, whoami).
-from django.urls import path
+# tests/djust/app/rooms/urls.py: URL map (room LiveView, lobby, whoami, roomgate's hand-off endpoints).
+from django.urls import include, path
 
 from rooms import views
 
@@ -8,4 +8,5 @@ urlpatterns = [
     path("lobby/", views.lobby_html, name="lobby"),
     path("lobby.json", views.lobby_json, name="lobby-json"),
     path("whoami", views.whoami, name="whoami"),
+    path("", include("roomgate_handoff.urls")),  # POST /.roomgate/rooms/<room>/export, PUT /.roomgate/rooms/<room>
 ]
