@@ -1,6 +1,7 @@
 //! The built-in demo backends of `roomgate demo`: small HTTP + WebSocket servers that keep each
 //! room's counter in memory, as a live-state app does, so a browser shows which backend serves a
-//! room and that all its tabs share one counter.
+//! room and that all its tabs share one counter. They implement hand-off (`docs/handoff.md`) at
+//! the default path, so a drain with hand-off keeps a room's counter.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -22,6 +23,9 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 
 use crate::room_key;
+
+/// Where the demo backends serve hand-off: `[handoff] path`'s default.
+const HANDOFF_PATH: &str = "/.roomgate/rooms";
 
 /// Rooms the lobby page links to.
 const ROOMS: [&str; 6] = ["red", "green", "blue", "42", "chess", "poker"];
@@ -51,7 +55,7 @@ impl DemoBackend {
             tokio::spawn(async move {
                 let service = service_fn(move |req| {
                     let me = me.clone();
-                    async move { Ok::<_, Infallible>(me.handle(req)) }
+                    async move { Ok::<_, Infallible>(me.handle(req).await) }
                 });
                 let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades();
                 if let Err(e) = conn.await {
@@ -61,8 +65,11 @@ impl DemoBackend {
         }
     }
 
-    fn handle(self: &Arc<Self>, mut req: Request<Incoming>) -> Response<Full<Bytes>> {
+    async fn handle(self: &Arc<Self>, mut req: Request<Incoming>) -> Response<Full<Bytes>> {
         let path = req.uri().path().to_owned();
+        if let Some(rest) = path.strip_prefix(HANDOFF_PATH) {
+            return self.handoff(req, rest).await;
+        }
         if path.starts_with("/ws/live/") {
             return self.upgrade(&mut req);
         }
@@ -70,6 +77,40 @@ impl DemoBackend {
             return html(self.room_page(room));
         }
         html(self.lobby_page())
+    }
+
+    /// The hand-off endpoints: `POST /{key}/export` answers the room's counter (204 when this
+    /// backend never had the room), `PUT /{key}` sets it.
+    async fn handoff(&self, req: Request<Incoming>, rest: &str) -> Response<Full<Bytes>> {
+        let method = req.method().clone();
+        let (key, export) = match rest.strip_suffix("/export") {
+            Some(key) => (key, true),
+            None => (rest, false),
+        };
+        let Some(key) = key.strip_prefix('/').map(|k| percent_encoding::percent_decode_str(k).decode_utf8_lossy()) else {
+            return text(StatusCode::NOT_FOUND, "no such endpoint");
+        };
+        match (method, export) {
+            (http::Method::POST, true) => match crate::lock::lock(&self.rooms).get(&*key) {
+                Some(r) => text_owned(StatusCode::OK, r.count.to_string()),
+                None => text(StatusCode::NO_CONTENT, ""),
+            },
+            (http::Method::PUT, false) => {
+                let body = http_body_util::Limited::new(req.into_body(), 64);
+                let Ok(body) = http_body_util::BodyExt::collect(body).await else {
+                    return text(StatusCode::BAD_REQUEST, "unreadable state");
+                };
+                let Some(count) = std::str::from_utf8(&body.to_bytes()).ok().and_then(|s| s.trim().parse().ok()) else {
+                    return text(StatusCode::BAD_REQUEST, "the state is a count");
+                };
+                let mut rooms = crate::lock::lock(&self.rooms);
+                let r = rooms.entry(key.into_owned()).or_insert_with(Room::new);
+                r.count = count;
+                let _ = r.updates.send(self.state(r));
+                text(StatusCode::NO_CONTENT, "")
+            }
+            _ => text(StatusCode::METHOD_NOT_ALLOWED, "POST .../export or PUT"),
+        }
     }
 
     fn lobby_page(&self) -> String {
@@ -168,11 +209,7 @@ impl DemoBackend {
 
     fn join(&self, room: &str, delta: i64) -> broadcast::Receiver<String> {
         let mut rooms = crate::lock::lock(&self.rooms);
-        let r = rooms.entry(room.to_owned()).or_insert_with(|| Room {
-            count: 0,
-            members: 0,
-            updates: broadcast::channel(64).0,
-        });
+        let r = rooms.entry(room.to_owned()).or_insert_with(Room::new);
         r.members = r.members.saturating_add_signed(delta);
         let rx = r.updates.subscribe();
         let _ = r.updates.send(self.state(r));
@@ -190,6 +227,18 @@ impl DemoBackend {
     fn state(&self, r: &Room) -> String {
         format!("{{\"backend\":{:?},\"count\":{},\"members\":{}}}", self.id, r.count, r.members)
     }
+}
+
+impl Room {
+    fn new() -> Room {
+        Room { count: 0, members: 0, updates: broadcast::channel(64).0 }
+    }
+}
+
+fn text_owned(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    resp
 }
 
 fn html(body: String) -> Response<Full<Bytes>> {

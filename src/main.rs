@@ -15,7 +15,7 @@ use anyhow::Context;
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use clap::{Args, Parser, Subcommand};
-use roomgate::admin::{AdminTarget, DrainOptions, drain_command, undrain_command};
+use roomgate::admin::{AdminTarget, DrainOptions, drain_command, rebalance_command, undrain_command};
 use roomgate::config::{Config, LogFormat, parse_duration, read_token_file};
 use roomgate::control::Control;
 use roomgate::demo::DemoBackend;
@@ -69,6 +69,26 @@ enum Command {
         /// How long --wait waits (default: the deadline plus 1m, or 10m).
         #[arg(long, value_parser = parse_duration)]
         timeout: Option<std::time::Duration>,
+        /// Move every live room now, with its state (needs [handoff]; docs/handoff.md): the
+        /// deploy flow is drain --handoff --wait, restart, undrain.
+        #[arg(long)]
+        handoff: bool,
+        #[command(flatten)]
+        target: AdminArgs,
+    },
+    /// Move every live room whose owner is not its placement owner (after a scale-out, or a
+    /// backend that came back), with its state. Needs [handoff]. With --wait, exits 0 once the
+    /// moves are done, 1 on timeout, 2 if the admin API fails or refuses.
+    Rebalance {
+        /// Wait until the moves are done.
+        #[arg(long)]
+        wait: bool,
+        /// Move at most this many rooms.
+        #[arg(long)]
+        max_moves: Option<usize>,
+        /// How long --wait waits.
+        #[arg(long, value_parser = parse_duration, default_value = "10m")]
+        timeout: std::time::Duration,
         #[command(flatten)]
         target: AdminArgs,
     },
@@ -143,14 +163,21 @@ fn main() -> ExitCode {
         }
         Command::Run { config, workers } => (config, workers, false),
         Command::Demo => (None, None, true),
-        Command::Drain { id, wait, deadline, timeout, target } => {
+        Command::Drain { id, wait, deadline, timeout, handoff, target } => {
             let timeout = timeout.unwrap_or(deadline.map_or(Duration::from_secs(600), |d| d + Duration::from_secs(60)));
             let target = match target.target() {
                 Ok(t) => t,
                 Err(code) => return code,
             };
-            let opts = DrainOptions { backend: id, target, deadline, wait, timeout };
+            let opts = DrainOptions { backend: id, target, deadline, wait, timeout, handoff };
             return admin_call(drain_command(&opts));
+        }
+        Command::Rebalance { wait, max_moves, timeout, target } => {
+            let target = match target.target() {
+                Ok(t) => t,
+                Err(code) => return code,
+            };
+            return admin_call(rebalance_command(&target, max_moves, wait, timeout));
         }
         Command::Undrain { id, target } => {
             let target = match target.target() {

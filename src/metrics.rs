@@ -2,6 +2,7 @@
 //! (backends, directory) when `/metrics` is scraped.
 
 mod directory;
+mod handoff;
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -77,6 +78,7 @@ pub struct Metrics {
     refused: Family<LimitLabel, Counter>,
     rooms_over_cap: Counter,
     join_waits: Histogram,
+    handoff: handoff::HandoffMetrics,
 }
 
 impl Default for Metrics {
@@ -101,10 +103,12 @@ impl Metrics {
             refused: Family::default(),
             rooms_over_cap: Counter::default(),
             join_waits: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            handoff: handoff::HandoffMetrics::default(),
         };
         metrics.register_traffic();
         metrics.register_discovery_and_tls();
         metrics.register_limits_and_rooms();
+        metrics.handoff.register(&mut metrics.registry);
         metrics
     }
 

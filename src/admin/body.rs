@@ -13,12 +13,23 @@ use serde::de::DeserializeOwned;
 /// The largest admin request body.
 pub(super) const MAX_BODY: usize = 64 * 1024;
 
-/// `POST /admin/backends/{id}/drain`: an empty body or `{"deadline": "30s"}`.
+/// `POST /admin/backends/{id}/drain`: an empty body, or `{"deadline": "30s", "handoff": true}`
+/// (either key may be left out).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct DrainBody {
     /// `None` (or `null`): the config's `[drain] deadline`.
     pub deadline: Option<String>,
+    /// Move every live room now, with its state (needs `[handoff]`).
+    #[serde(default)]
+    pub handoff: bool,
+}
+
+/// `POST /admin/rebalance`: an empty body or `{"max_moves": 100}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RebalanceBody {
+    pub max_moves: Option<usize>,
 }
 
 /// The body of an endpoint that takes no parameters: empty, or `{}`.

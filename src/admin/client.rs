@@ -1,4 +1,5 @@
-//! The client side of the admin API, for `roomgate drain` and `roomgate undrain` in deploy scripts.
+//! The client side of the admin API, for `roomgate drain`, `undrain` and `rebalance` in deploy
+//! scripts.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -28,15 +29,18 @@ pub struct DrainOptions {
     pub wait: bool,
     /// Give up waiting after this long.
     pub timeout: Duration,
+    /// Move every live room now, with its state (`[handoff]`).
+    pub handoff: bool,
 }
 
 /// Starts a drain and, with `wait`, waits for it to finish. Returns the process exit code:
 /// 0 drained (or started, without `wait`), 1 still busy at the timeout, 2 the admin API failed.
 pub async fn drain_command(opts: &DrainOptions) -> u8 {
-    let body = match opts.deadline {
-        Some(d) => json!({ "deadline": format!("{}ms", d.as_millis()) }).to_string(),
-        None => String::new(),
-    };
+    let mut body = json!({ "handoff": opts.handoff });
+    if let Some(d) = opts.deadline {
+        body["deadline"] = json!(format!("{}ms", d.as_millis()));
+    }
+    let body = body.to_string();
     let path = format!("/admin/backends/{}/drain", opts.backend);
     match request(&opts.target, Method::POST, &path, body).await {
         Ok((StatusCode::OK, _)) => println!("draining {}", opts.backend),
@@ -106,6 +110,57 @@ pub async fn undrain_command(target: &AdminTarget, backend: &str) -> u8 {
             2
         }
     }
+}
+
+/// Moves every live room whose owner is not its placement owner, with its state; with `wait`,
+/// waits until the moves are done. Returns the process exit code: 0 done (or started), 1 moves
+/// still running at the timeout, 2 the admin API failed or refused (no `[handoff]`).
+pub async fn rebalance_command(target: &AdminTarget, max_moves: Option<usize>, wait: bool, timeout: Duration) -> u8 {
+    let body = json!({ "max_moves": max_moves }).to_string();
+    let moves = match request(target, Method::POST, "/admin/rebalance", body).await {
+        Ok((StatusCode::OK, v)) => v.get("moves").and_then(Value::as_u64).unwrap_or(0),
+        Ok((status, v)) => {
+            eprintln!("roomgate rebalance: {status}: {}", error_of(&v));
+            return 2;
+        }
+        Err(e) => {
+            eprintln!("roomgate rebalance: cannot reach the admin API at {}: {e}", target.admin);
+            return 2;
+        }
+    };
+    println!("rebalance: {moves} rooms to move");
+    if !wait {
+        return 0;
+    }
+    let started = Instant::now();
+    loop {
+        let left = match request(target, Method::GET, "/admin/status", String::new()).await {
+            Ok((StatusCode::OK, status)) => moves_left(&status),
+            Ok((status, _)) => {
+                eprintln!("roomgate rebalance: status request failed: {status}");
+                return 2;
+            }
+            Err(e) => {
+                eprintln!("roomgate rebalance: cannot reach the admin API: {e}");
+                return 2;
+            }
+        };
+        if left == 0 {
+            println!("rebalanced in {:.1}s", started.elapsed().as_secs_f64());
+            return 0;
+        }
+        if started.elapsed() >= timeout {
+            eprintln!("roomgate rebalance: timed out with {left} moves queued or running");
+            return 1;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Hand-off moves queued or running, from the admin status.
+fn moves_left(status: &Value) -> u64 {
+    let h = &status["handoff"];
+    h["queued"].as_u64().unwrap_or(0) + h["running"].as_u64().unwrap_or(0)
 }
 
 fn error_of(v: &Value) -> &str {

@@ -19,10 +19,10 @@ mod body;
 mod client;
 mod listener;
 
-pub use client::{AdminTarget, DrainOptions, drain_command, undrain_command};
+pub use client::{AdminTarget, DrainOptions, drain_command, rebalance_command, undrain_command};
 pub use listener::{Options, serve_with};
 
-use self::body::{DrainBody, NoFields};
+use self::body::{DrainBody, NoFields, RebalanceBody};
 use self::listener::Lane;
 use crate::config::parse_duration;
 use crate::control::{Control, ControlError, Undrained};
@@ -111,6 +111,13 @@ async fn route(control: &Control, req: Request<Incoming>, body_timeout: Duration
                 Err(e) => Err(e),
             }
         }
+        (&Method::POST, ["admin", "rebalance"]) => match body::json::<RebalanceBody, _>(req, body_timeout).await {
+            Ok(body) => control
+                .rebalance(body.max_moves)
+                .map(|queued| json!({"moves": queued}))
+                .map_err(|e| error_for(&e)),
+            Err(e) => Err(e),
+        },
         (&Method::POST, ["admin", "reload"]) => match body::json::<NoFields, _>(req, body_timeout).await {
             Ok(NoFields {}) => reload(control).await,
             Err(e) => Err(e),
@@ -183,12 +190,24 @@ fn status(control: &Control) -> Value {
         "websockets": control.gateway().tunnels().len(),
         "split_rooms": control.splits(),
         "last_reload": control.last_reload(),
+        "handoff": handoff_status(control, &snap.config),
         "directory": control.gateway().directory().status(),
         "discovery": control.discovery().status(&snap.config.discovery),
         "tls": control.tls().map(|t| json!({
             "listen": snap.config.tls.as_ref().map(|c| &c.listen),
             "certs": t.status(),
         })),
+    })
+}
+
+/// Hand-off: whether it is configured, and the moves queued, running and done since start.
+fn handoff_status(control: &Control, config: &crate::Config) -> Value {
+    let (queued, running, done) = control.handoff_progress();
+    json!({
+        "configured": config.handoff.is_some(),
+        "queued": queued,
+        "running": running,
+        "done": done,
     })
 }
 
@@ -228,7 +247,7 @@ fn drain(control: &Control, id: &str, body: DrainBody) -> Result<Value, (StatusC
         None => None,
         Some(s) => Some(parse_duration(&s).map_err(|e| (StatusCode::BAD_REQUEST, format!("deadline {s:?}: {e}")))?),
     };
-    let d = control.drain(id, deadline).map_err(|e| error_for(&e))?;
+    let d = control.drain(id, deadline, body.handoff).map_err(|e| error_for(&e))?;
     Ok(json!({
         "backend": id,
         "state": "draining",
@@ -241,6 +260,7 @@ fn error_for(e: &ControlError) -> (StatusCode, String) {
         ControlError::UnknownBackend(_) => StatusCode::NOT_FOUND,
         ControlError::Removed(_) => StatusCode::CONFLICT,
         ControlError::Config(_) | ControlError::NoFile => StatusCode::BAD_REQUEST,
+        ControlError::NoHandoff => StatusCode::CONFLICT,
     };
     (status, e.to_string())
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::handoff::{Batch, Handoffs};
 use crate::backends::Backend;
 use crate::directory::Retention;
 use crate::proxy::Gateway;
@@ -20,6 +21,8 @@ pub struct Maintenance {
     pub publisher: Arc<Publisher>,
     /// Times a room was seen with open sockets on two backends at once (must stay 0).
     pub splits: Arc<AtomicU64>,
+    /// Moves with hand-off, for drain deadlines when `[handoff]` is configured.
+    handoffs: Handoffs,
     /// Drains whose deadline has been acted on: (backend, drain start).
     closed_drains: HashSet<(Arc<str>, Instant)>,
     /// Rooms found split at the last check, so that each split is counted once.
@@ -32,8 +35,13 @@ pub fn load_of(gateway: &Gateway, backend: &Backend) -> (usize, u64) {
 }
 
 impl Maintenance {
-    pub fn new(gateway: Arc<Gateway>, publisher: Arc<Publisher>, splits: Arc<AtomicU64>) -> Maintenance {
-        Maintenance { gateway, publisher, splits, closed_drains: HashSet::new(), split_now: HashSet::new() }
+    pub fn new(
+        gateway: Arc<Gateway>,
+        publisher: Arc<Publisher>,
+        splits: Arc<AtomicU64>,
+        handoffs: Handoffs,
+    ) -> Maintenance {
+        Maintenance { gateway, publisher, splits, handoffs, closed_drains: HashSet::new(), split_now: HashSet::new() }
     }
 
     /// Runs the maintenance tick until the task is dropped.
@@ -79,9 +87,14 @@ impl Maintenance {
             {
                 let rooms = self.gateway.directory().live_rooms_on(&backend.id);
                 tracing::info!(backend = %backend.id, rooms = rooms.len(), "drain deadline: moving the rooms still live");
-                let gateway = self.gateway.clone();
                 let (from, spread) = (backend.id.clone(), snap.config.drain.spread);
-                tokio::spawn(async move { move_rooms(&gateway, from, rooms, spread).await });
+                if snap.config.handoff.is_some() {
+                    // They leave whatever their hand-off does: `on_failure = "stay"` ends here.
+                    self.handoffs.submit(Batch { from, rooms, spread, forced: true });
+                } else {
+                    let gateway = self.gateway.clone();
+                    tokio::spawn(async move { move_rooms(&gateway, from, rooms, spread).await });
+                }
             }
         }
     }

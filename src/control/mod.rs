@@ -8,15 +8,17 @@
 //! - [`fleet`]: the fleet sync (shared directories): live rooms, drains and moves.
 //! - [`maintain`]: idle rooms, drain deadlines, the split check, dropping drained backends.
 //! - [`health`]: active health checks.
+//! - [`handoff`]: moves of rooms with their state (drain with hand-off, deadlines, rebalance).
 //! - DNS discovery's loops live in [`crate::discovery`] and publish through the same publisher.
 
 mod drain;
 mod fleet;
+pub mod handoff;
 pub mod health;
 mod maintain;
 mod reload;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -28,11 +30,13 @@ pub use reload::ReloadStatus;
 
 use self::drain::Drains;
 use self::fleet::FleetSync;
+use self::handoff::{Batch, HandoffLoop, Handoffs};
 use self::maintain::Maintenance;
 use self::reload::Reloader;
 use crate::backends::{Backend, Drain};
 use crate::config::{Config, ConfigError};
 use crate::discovery::Registry;
+use crate::lock::lock;
 use crate::proxy::Gateway;
 use crate::snapshot::{Diff, Publisher};
 use crate::tls::Tls;
@@ -48,6 +52,8 @@ pub enum ControlError {
     Config(#[from] ConfigError),
     #[error("the embedded default config has no file to reload; start with --config FILE")]
     NoFile,
+    #[error("hand-off is not configured: add a [handoff] section (docs/handoff.md)")]
+    NoHandoff,
 }
 
 /// The operator's handle on a running roomgate.
@@ -63,6 +69,9 @@ pub struct Control {
     /// Times a room was seen with open sockets on two backends at once (counted by the
     /// maintenance loop; must stay 0).
     splits: Arc<AtomicU64>,
+    /// Moves with hand-off; its loop waits in `handoff_loop` until `start`.
+    handoffs: Handoffs,
+    handoff_loop: Mutex<Option<HandoffLoop>>,
 }
 
 /// The background loops of one server; dropping it stops them.
@@ -74,7 +83,10 @@ impl Control {
     pub fn new(gateway: Arc<Gateway>, publisher: Arc<Publisher>, tls: Option<Arc<Tls>>) -> Arc<Control> {
         let discovery = Arc::new(Registry::default());
         let reloader = Arc::new(Reloader::new(gateway.clone(), publisher.clone(), discovery.clone(), tls));
+        let (handoffs, handoff_loop) = Handoffs::new(gateway.clone());
         Arc::new(Control {
+            handoffs,
+            handoff_loop: Mutex::new(Some(handoff_loop)),
             drains: Arc::new(Drains::new(gateway.clone())),
             gateway,
             publisher,
@@ -89,16 +101,20 @@ impl Control {
     /// and DNS discovery. They run until the returned [`Loops`] is dropped.
     pub fn start(&self) -> Loops {
         let gateway = &self.gateway;
-        let maintenance = Maintenance::new(gateway.clone(), self.publisher.clone(), self.splits.clone());
+        let maintenance =
+            Maintenance::new(gateway.clone(), self.publisher.clone(), self.splits.clone(), self.handoffs.clone());
         let fleet = FleetSync { gateway: gateway.clone(), drains: self.drains.clone(), syncs: self.syncs.clone() };
         let discovery = crate::discovery::run(self.publisher.clone(), self.discovery.clone(), gateway.clone());
-        let tasks = vec![
+        let mut tasks = vec![
             AbortOnDropHandle::new(tokio::spawn(maintenance.run())),
             AbortOnDropHandle::new(tokio::spawn(self.reloader.clone().watch())),
             AbortOnDropHandle::new(tokio::spawn(health::run_checks(gateway.clone()))),
             AbortOnDropHandle::new(tokio::spawn(fleet.run())),
             AbortOnDropHandle::new(tokio::spawn(discovery)),
         ];
+        if let Some(handoff) = lock(&self.handoff_loop).take() {
+            tasks.push(AbortOnDropHandle::new(tokio::spawn(handoff.run())));
+        }
         Loops { _tasks: tasks }
     }
 
@@ -155,9 +171,42 @@ impl Control {
         self.reloader.apply(config).await
     }
 
-    /// See [`Drains::drain`].
-    pub fn drain(&self, id: &str, deadline: Option<Duration>) -> Result<Drain, ControlError> {
-        self.drains.drain(id, deadline)
+    /// Starts (or re-times) a drain (see [`Drains::drain`]). With `handoff`, every live room of
+    /// the backend moves now, with its state, spread over `[drain] spread`.
+    pub fn drain(&self, id: &str, deadline: Option<Duration>, handoff: bool) -> Result<Drain, ControlError> {
+        let snap = self.gateway.snapshot();
+        if handoff && snap.config.handoff.is_none() {
+            return Err(ControlError::NoHandoff);
+        }
+        let drain = self.drains.drain(id, deadline)?;
+        if handoff {
+            let rooms = self.gateway.directory().live_rooms_on(id);
+            tracing::info!(backend = id, rooms = rooms.len(), "drain with hand-off: moving every live room now");
+            self.handoffs.submit(Batch { from: id.into(), rooms, spread: snap.config.drain.spread, forced: false });
+        }
+        Ok(drain)
+    }
+
+    /// Moves every live room whose owner is not its placement owner (after a scale-out, or a
+    /// backend that came back), with its state, spread over `[drain] spread`, at most
+    /// `max_moves` of them. Returns how many were queued.
+    pub fn rebalance(&self, max_moves: Option<usize>) -> Result<usize, ControlError> {
+        let snap = self.gateway.snapshot();
+        if snap.config.handoff.is_none() {
+            return Err(ControlError::NoHandoff);
+        }
+        let plan = handoff::rebalance_plan(&self.gateway, &snap, max_moves.unwrap_or(usize::MAX));
+        let queued = plan.iter().map(|(_, rooms)| rooms.len()).sum();
+        tracing::info!(rooms = queued, "rebalance: moving rooms to their placement owners");
+        for (from, rooms) in plan {
+            self.handoffs.submit(Batch { from, rooms, spread: snap.config.drain.spread, forced: false });
+        }
+        Ok(queued)
+    }
+
+    /// Moves with hand-off: (queued, running, done).
+    pub fn handoff_progress(&self) -> (u64, u64, u64) {
+        self.handoffs.progress()
     }
 
     /// See [`Drains::undrain`].

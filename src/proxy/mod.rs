@@ -9,6 +9,7 @@ mod djust;
 mod forward;
 pub mod headers;
 mod http;
+mod moving;
 mod owner;
 mod upgrade;
 mod upload;
@@ -25,6 +26,7 @@ use hyper::body::Incoming;
 
 pub use access::AccessRecord;
 pub use body::ResponseBody;
+pub use moving::{MoveGuard, Moving};
 pub use upload::RequestBody;
 
 use self::checks::{check_handshake, check_head, route};
@@ -54,6 +56,8 @@ pub struct Gateway {
     waiting_sockets: std::sync::atomic::AtomicUsize,
     /// Client connections open, in all and per client (`limits.max_connections*`).
     admission: Arc<Admission>,
+    /// Rooms handed off now: their joins wait.
+    moving: Arc<Moving>,
 }
 
 /// The client connection a request came on.
@@ -102,6 +106,7 @@ impl Gateway {
             none: Arc::from("none"),
             waiting_sockets: std::sync::atomic::AtomicUsize::new(0),
             admission: Admission::new(),
+            moving: Arc::new(Moving::default()),
         })
     }
 
@@ -127,6 +132,11 @@ impl Gateway {
     /// Client connections open, in all and per client.
     pub fn admission(&self) -> &Arc<Admission> {
         &self.admission
+    }
+
+    /// Rooms handed off now.
+    pub fn moving(&self) -> &Arc<Moving> {
+        &self.moving
     }
 
     /// Settings of a new tunnel whose handshake negotiated the RSV bits `rsv`.

@@ -33,7 +33,7 @@ impl Gateway {
         let started = Instant::now();
         let mut pause = FIRST_PAUSE;
         // A join that waited is counted once (`roomgate_room_join_wait_seconds`).
-        let mut counted = false;
+        let mut counted = self.held_by_handoff(snap, key).await;
         // After a move, the fleet is asked (not this replica's own record) before joining.
         let mut moved = false;
         // Another request (or replica) may re-place the room between our look and our write; a
@@ -78,6 +78,21 @@ impl Gateway {
             }
         }
         snap.place_new(key.as_bytes()).cloned().ok_or(BackendError::NoBackends)
+    }
+
+    /// Waits while the room is handed off here (`control::handoff`), for at most the two steps'
+    /// timeouts and a second: then the new owner has the room's state. True if it waited.
+    async fn held_by_handoff(&self, snap: &Snapshot, key: &str) -> bool {
+        if self.moving.is_empty() {
+            return false;
+        }
+        let steps = snap.config.handoff.as_ref().map_or(Duration::from_secs(5), |h| h.timeout);
+        let started = Instant::now();
+        let waited = self.moving.wait(key, 2 * steps + Duration::from_secs(1)).await;
+        if waited {
+            self.metrics.join_waited(started.elapsed());
+        }
+        waited
     }
 
     /// Waits before asking the directory again about a room a member may not join yet: at most

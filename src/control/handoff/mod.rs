@@ -1,0 +1,258 @@
+//! Room hand-off (`docs/handoff.md`): the loop that moves rooms with their state, at most
+//! `[handoff] concurrency` at once. A move holds the room's joins on this replica, stops its
+//! sockets' client-to-backend relaying at a frame boundary, exports the state from the old owner
+//! and imports it on the new one, records the new owner, closes the old sockets (1012) and lets
+//! the joins go on, to the new owner, which has the state by then.
+
+mod client;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Semaphore, mpsc};
+
+pub use client::{HandoffClient, MoveIds, State, StepError};
+
+use crate::backends::Backend;
+use crate::config::{Handoff, OnHandoffFailure};
+use crate::directory::Reassigned;
+use crate::proxy::Gateway;
+
+/// Rooms to move off one backend, spread over `spread`.
+pub struct Batch {
+    pub from: Arc<str>,
+    pub rooms: Vec<String>,
+    pub spread: Duration,
+    /// The room must leave even if its hand-off fails (a drain deadline, a removal):
+    /// `on_failure = "stay"` does not apply.
+    pub forced: bool,
+}
+
+/// How one move ended, also the `outcome` label of `roomgate_handoffs_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The state went to the new owner.
+    Moved,
+    /// The old owner had nothing to hand over: a plain move.
+    Empty,
+    /// A step failed; the room moved without its state (`on_failure = "restart"`, or forced).
+    Restarted,
+    /// A step failed; the room stays on its old owner (`on_failure = "stay"`).
+    Stayed,
+    /// Nothing to do: the room has no other owner to go to, moved meanwhile, or is moving already.
+    Skipped,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Moved => "moved",
+            Outcome::Empty => "empty",
+            Outcome::Restarted => "restarted",
+            Outcome::Stayed => "stayed",
+            Outcome::Skipped => "skipped",
+        }
+    }
+}
+
+/// Moves in progress and queued, for the admin status and `--wait`.
+#[derive(Default)]
+pub struct Progress {
+    pub queued: AtomicU64,
+    pub running: AtomicU64,
+    pub done: AtomicU64,
+}
+
+/// The hand-off loop's handle: batches go in through [`Handoffs::submit`].
+#[derive(Clone)]
+pub struct Handoffs {
+    batches: mpsc::UnboundedSender<Batch>,
+    progress: Arc<Progress>,
+}
+
+impl Handoffs {
+    /// The handle and the loop to spawn.
+    pub fn new(gateway: Arc<Gateway>) -> (Handoffs, HandoffLoop) {
+        let (batches, rx) = mpsc::unbounded_channel();
+        let progress = Arc::new(Progress::default());
+        let looper = HandoffLoop { gateway, rx, progress: progress.clone(), client: HandoffClient::default() };
+        (Handoffs { batches, progress }, looper)
+    }
+
+    /// Queues the rooms of `batch` for a move with hand-off.
+    pub fn submit(&self, batch: Batch) {
+        self.progress.queued.fetch_add(batch.rooms.len() as u64, Ordering::AcqRel);
+        let _ = self.batches.send(batch);
+    }
+
+    /// (queued, running, done) moves.
+    pub fn progress(&self) -> (u64, u64, u64) {
+        let p = &self.progress;
+        (p.queued.load(Ordering::Acquire), p.running.load(Ordering::Acquire), p.done.load(Ordering::Acquire))
+    }
+}
+
+/// Runs the moves, batch after batch, each room when its turn in the spread comes.
+pub struct HandoffLoop {
+    gateway: Arc<Gateway>,
+    rx: mpsc::UnboundedReceiver<Batch>,
+    progress: Arc<Progress>,
+    client: HandoffClient,
+}
+
+impl HandoffLoop {
+    pub async fn run(mut self) {
+        // Sized for the largest `concurrency`; each move takes the permits the config in force
+        // leaves it (see `start`).
+        let slots = Arc::new(Semaphore::new(MAX_CONCURRENCY));
+        while let Some(batch) = self.rx.recv().await {
+            let gap = batch.spread.checked_div(batch.rooms.len().max(1) as u32).unwrap_or_default();
+            for (i, room) in batch.rooms.into_iter().enumerate() {
+                if i > 0 && !gap.is_zero() {
+                    tokio::time::sleep(gap).await;
+                }
+                self.start(&slots, room, batch.from.clone(), batch.forced).await;
+            }
+        }
+    }
+
+    /// Starts one room's move once a slot is free.
+    async fn start(&self, slots: &Arc<Semaphore>, room: String, from: Arc<str>, forced: bool) {
+        let concurrency = self.gateway.snapshot().config.handoff.as_ref().map_or(1, |h| h.concurrency);
+        let weight = (MAX_CONCURRENCY / concurrency.clamp(1, MAX_CONCURRENCY)) as u32;
+        let Ok(permit) = slots.clone().acquire_many_owned(weight).await else { return };
+        let (gateway, client, progress) = (self.gateway.clone(), self.client.clone(), self.progress.clone());
+        progress.queued.fetch_sub(1, Ordering::AcqRel);
+        progress.running.fetch_add(1, Ordering::AcqRel);
+        tokio::spawn(async move {
+            move_with_state(&gateway, &client, &room, &from, forced).await;
+            progress.running.fetch_sub(1, Ordering::AcqRel);
+            progress.done.fetch_add(1, Ordering::AcqRel);
+            drop(permit);
+        });
+    }
+}
+
+/// The largest `[handoff] concurrency`.
+const MAX_CONCURRENCY: usize = 1024;
+
+static MOVES: AtomicU64 = AtomicU64::new(0);
+
+/// A unique id for a move: this process, its start and a counter.
+fn move_id() -> String {
+    let n = MOVES.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{}-{n}", std::process::id(), crate::clock::unix_ms())
+}
+
+/// Moves `room` off `from` to its placement owner, with its state. See the module's doc for the
+/// sequence; [`Outcome`] for how it ends.
+pub async fn move_with_state(gateway: &Gateway, client: &HandoffClient, room: &str, from: &Arc<str>, forced: bool) -> Outcome {
+    let snap = gateway.snapshot();
+    let Some(settings) = snap.config.handoff.clone() else {
+        return plain_move(gateway, room, from).await;
+    };
+    let (Some(old), Some(to)) = (snap.backend(from).cloned(), snap.place_new(room.as_bytes()).cloned()) else {
+        return Outcome::Skipped;
+    };
+    if to.id == *from || gateway.directory().owner(room).is_some_and(|o| *o != **from) {
+        return Outcome::Skipped;
+    }
+    let Some(held) = gateway.moving().begin(room) else { return Outcome::Skipped };
+    let started = Instant::now();
+    let id = move_id();
+    let ids = MoveIds { room, from, to: &to.id, id: &id };
+    let paused = gateway.tunnels().pause_room(room, from);
+    let handed = hand_over(client, &settings, &old, &to, &ids, &paused).await;
+    let outcome = match handed {
+        Ok(Some(bytes)) => {
+            gateway.metrics().handoff_state(bytes);
+            Outcome::Moved
+        }
+        Ok(None) => Outcome::Empty,
+        Err(e) => {
+            let stay = settings.on_failure == OnHandoffFailure::Stay && !forced;
+            let outcome = if stay { Outcome::Stayed } else { Outcome::Restarted };
+            tracing::warn!(room, from = %from, to = %to.id, move_id = id, error = %e, outcome = outcome.as_str(), "room hand-off failed");
+            gateway.metrics().handoff_failed(e.step());
+            outcome
+        }
+    };
+    let outcome = match outcome {
+        Outcome::Stayed => {
+            paused.resume();
+            outcome
+        }
+        _ => match gateway.move_room(room, from, &to).await {
+            Reassigned::Moved => outcome,
+            // Someone else moved it meanwhile, or a replica still holds it: it stays for now.
+            Reassigned::Elsewhere | Reassigned::Wait(_) => {
+                paused.resume();
+                Outcome::Skipped
+            }
+        },
+    };
+    drop(paused);
+    drop(held);
+    gateway.metrics().handoff(outcome.as_str(), started.elapsed());
+    tracing::info!(room, from = %from, to = %to.id, move_id = id, outcome = outcome.as_str(), took = ?started.elapsed(), "room handed off");
+    outcome
+}
+
+/// Waits for the room's sockets to stop at a frame boundary and exports its state (within one
+/// `timeout` for both), then imports it (within another). `Some(bytes)`: the state moved.
+async fn hand_over(
+    client: &HandoffClient,
+    settings: &Handoff,
+    old: &Backend,
+    to: &Backend,
+    ids: &MoveIds<'_>,
+    paused: &crate::relay::Paused,
+) -> Result<Option<usize>, StepError> {
+    let deadline = tokio::time::Instant::now() + settings.timeout;
+    if tokio::time::timeout_at(deadline, paused.stopped()).await.is_err() {
+        return Err(StepError::Pause(settings.timeout));
+    }
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let state = client.export(settings, left, old, ids).await?;
+    let Some(state) = state else { return Ok(None) };
+    client.import(settings, to, ids, &state).await?;
+    Ok(Some(state.body.len()))
+}
+
+/// A move without hand-off configured: today's move (the room restarts empty on its new owner).
+async fn plain_move(gateway: &Gateway, room: &str, from: &Arc<str>) -> Outcome {
+    let snap = gateway.snapshot();
+    let Some(to) = snap.place_new(room.as_bytes()).cloned() else { return Outcome::Skipped };
+    if to.id == *from {
+        return Outcome::Skipped;
+    }
+    match gateway.move_room(room, from, &to).await {
+        Reassigned::Moved => Outcome::Restarted,
+        _ => Outcome::Skipped,
+    }
+}
+
+/// The live rooms that a rebalance moves, by current owner: those whose placement owner is
+/// another backend that takes new rooms, at most `max` in all.
+pub fn rebalance_plan(gateway: &Gateway, snap: &crate::snapshot::Snapshot, max: usize) -> Vec<(Arc<str>, Vec<String>)> {
+    let mut left = max;
+    let mut plan = Vec::new();
+    for backend in snap.backends.iter() {
+        if left == 0 {
+            break;
+        }
+        let rooms: Vec<String> = gateway
+            .directory()
+            .live_rooms_on(&backend.id)
+            .into_iter()
+            .filter(|room| snap.place_new(room.as_bytes()).is_some_and(|to| to.id != backend.id))
+            .take(left)
+            .collect();
+        left -= rooms.len();
+        if !rooms.is_empty() {
+            plan.push((backend.id.clone(), rooms));
+        }
+    }
+    plan
+}
