@@ -257,6 +257,25 @@ mod tests {
         assert!(s3.retiring.is_empty());
     }
 
+    /// `[handoff]` applies on reload: turning it on, changing it or turning it off needs no
+    /// restart, and the path clients never reach follows it.
+    #[test]
+    fn handoff_changes_apply_on_reload() {
+        let with = |section: &str| {
+            let text = format!(
+                "{section}\n[[backends]]\nid = \"a\"\naddr = \"127.0.0.1:1\"\n[[routes]]\nprefix = \"/\"\nmode = \"shared\"\n"
+            );
+            Config::from_toml(&text, "t").unwrap()
+        };
+        let s1 = Snapshot::build(with(""), 1);
+        let (s2, diff) = s1.next(with("[handoff]\npath = \"/h\"\non_failure = \"stay\""));
+        assert!(diff.needs_restart.is_empty(), "{:?}", diff.needs_restart);
+        assert_eq!(s2.config.handoff_path(), "/h");
+        let (s3, diff) = s2.next(with(""));
+        assert!(diff.needs_restart.is_empty(), "{:?}", diff.needs_restart);
+        assert_eq!(s3.config.handoff_path(), crate::config::DEFAULT_HANDOFF_PATH);
+    }
+
     #[test]
     fn new_rooms_skip_draining_and_down_backends() {
         let s = Snapshot::build(config(&[("a", 1), ("b", 2)]), 1);

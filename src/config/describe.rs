@@ -1,8 +1,9 @@
-//! The routing table as `roomgate check` prints it.
+//! The routing table as `roomgate check` prints it, with the listeners, backends, limits, room
+//! directory and room hand-off.
 
 use std::fmt::Write;
 
-use super::{Config, Directory, OnMissing, Route, RouteMode};
+use super::{Config, Directory, OnHandoffFailure, OnMissing, Route, RouteMode};
 use crate::config::duration::HumanDuration;
 
 impl Config {
@@ -16,6 +17,7 @@ impl Config {
         self.describe_routes(&mut out);
         self.describe_limits(&mut out);
         self.describe_directory(&mut out);
+        self.describe_handoff(&mut out);
         out
     }
 
@@ -108,6 +110,34 @@ impl Config {
             }
         }
     }
+
+    /// One line when hand-off is on: its endpoints, limits and what a failed step does.
+    fn describe_handoff(&self, out: &mut String) {
+        let Some(h) = &self.handoff else { return };
+        let _ = writeln!(
+            out,
+            "room hand-off: endpoints {} on the backends (404 to clients), {} per step, states up to {}, {} rooms at once, on failure {}, {}",
+            h.path,
+            HumanDuration(h.timeout),
+            bytes(h.max_bytes),
+            h.concurrency,
+            match h.on_failure {
+                OnHandoffFailure::Restart => "restart",
+                OnHandoffFailure::Stay => "stay",
+            },
+            if h.token.is_some() { "with a token" } else { "no token" },
+        );
+    }
+}
+
+/// A size in the largest binary unit that writes it whole: `16MiB`, `1500B`.
+fn bytes(n: usize) -> String {
+    for (unit, size) in [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if n >= size && n.is_multiple_of(size) {
+            return format!("{}{unit}", n / size);
+        }
+    }
+    format!("{n}B")
 }
 
 /// A room route `i`: what it does without a key, its key sources in order and its affinity cookie.

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use serde::Deserialize;
 use toml::Spanned;
 
-pub use values::{Count, OneOrMany, ParsedSource, TrustedNet};
+pub use values::{ByteSize, Count, OneOrMany, ParsedSource, TrustedNet};
 
 use super::duration::{HumanDuration, OptionalDuration};
 use crate::placement::Algorithm;
@@ -48,6 +48,9 @@ pub struct File {
     /// No `[tls]` section: no TLS listener.
     #[serde(default)]
     pub tls: Option<Spanned<TlsSection>>,
+    /// No `[handoff]` section: rooms move without their state.
+    #[serde(default)]
+    pub handoff: Option<Spanned<HandoffSection>>,
     #[serde(default)]
     pub backends: Vec<Spanned<BackendEntry>>,
     #[serde(default)]
@@ -173,6 +176,21 @@ pub struct DirectorySection {
     /// A file holding the Redis password (a mounted Kubernetes Secret); read when the config is
     /// loaded.
     pub password_file: Option<Spanned<String>>,
+}
+
+/// `[handoff]`: every key has a default, so an empty section turns hand-off on.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HandoffSection {
+    pub path: Spanned<String>,
+    pub timeout: Spanned<HumanDuration>,
+    pub max_bytes: Spanned<ByteSize>,
+    pub token: Option<Spanned<String>>,
+    /// A file holding the token (a mounted Kubernetes Secret); read when the config is loaded.
+    pub token_file: Option<Spanned<String>>,
+    pub concurrency: Spanned<usize>,
+    /// `"restart"` or `"stay"`.
+    pub on_failure: Spanned<String>,
 }
 
 #[derive(Deserialize)]

@@ -3,13 +3,14 @@
 //!
 //! This root holds the entry points ([`Config::load`], [`Config::from_toml`], ...) and
 //! [`ConfigError`]. The file as written is `file` (its defaults and hand-parsed values below it),
-//! the validated types `types`, the checks `validate` (with `discovery`, `routes` and `tls` for
-//! the sections with most rules), the name resolution of backend addresses `resolve`.
+//! the validated types `types`, the checks `validate` (with `discovery`, `handoff`, `routes` and
+//! `tls` for the sections with most rules), the name resolution of backend addresses `resolve`.
 
 mod describe;
 mod discovery;
 mod duration;
 mod file;
+mod handoff;
 mod key_path;
 mod resolve;
 mod routes;
@@ -23,11 +24,12 @@ use std::path::Path;
 
 pub use duration::{HumanDuration, OptionalDuration, parse_duration};
 pub use file::{Count, LogFormat, OnMissing, RouteMode};
+pub use handoff::{DEFAULT_HANDOFF_PATH, MAX_HANDOFF_BYTES};
 pub use secret::{MIN_TOKEN_LEN, read_token_file};
 pub use tls::{CertFiles, Tls};
 pub use types::{
-    Admin, BackendSource, BackendSpec, Config, Directory, Discovery, Drain, Health, Limits, Log, PlacementConfig,
-    Reload, Rooms, Route, Server, Shutdown, Timeouts, Upstream,
+    Admin, BackendSource, BackendSpec, Config, Directory, Discovery, Drain, Handoff, Health, Limits, Log,
+    OnHandoffFailure, PlacementConfig, Reload, Rooms, Route, Server, Shutdown, Timeouts, Upstream,
 };
 
 use validate::Validator;

@@ -5,6 +5,8 @@ use std::time::Duration;
 use super::*;
 use crate::placement::Algorithm;
 
+mod handoff;
+
 const MINIMAL: &str = r#"
 [[backends]]
 id = "a"
@@ -346,6 +348,12 @@ fn every_error_names_its_key_path() {
             "routes[0].keys[1]: invalid key source",
         ),
         (format!("{backend}[placement]\nalgorithm = 3\n"), "placement.algorithm: invalid type"),
+        (format!("{backend}[handoff]\nmax_bytes = \"16 parsecs\"\n"), "handoff.max_bytes: invalid size"),
+        (format!("{backend}[handoff]\ntimeout = \"5 parsecs\"\n"), "handoff.timeout: invalid duration"),
+        (format!("{backend}[handoff]\nconcurrency = \"many\"\n"), "handoff.concurrency: invalid type"),
+        (format!("{backend}[handoff]\nbogus = 1\n"), "handoff.bogus: unknown field"),
+        (format!("{backend}[handoff]\npath = \"x\"\n"), "handoff.path = \"x\": must start with '/'"),
+        (format!("{backend}[handoff]\non_failure = \"later\"\n"), "handoff.on_failure = \"later\""),
     ];
     for (text, wanted) in cases {
         let e = err(&text);

@@ -35,6 +35,8 @@ pub struct Config {
     pub directory: Directory,
     /// TLS termination; `None`: plain HTTP only.
     pub tls: Option<Tls>,
+    /// Room state hand-off (`[handoff]`); `None`: off, rooms move without their state.
+    pub handoff: Option<Handoff>,
     /// The file it was read from, for reloads; `None` for the embedded default.
     pub path: Option<std::path::PathBuf>,
 }
@@ -94,6 +96,33 @@ pub struct Admin {
     pub token: Option<String>,
     /// Admin connections served in full; past it a connection may only ask the probes.
     pub max_connections: usize,
+}
+
+/// `[handoff]`: how a moving room's state is carried from its old owner to its new one (see
+/// `docs/handoff.md`). Present: hand-off is on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Handoff {
+    /// Prefix of the hand-off endpoints on the backends: `/` and segments, no trailing `/`.
+    /// Clients never reach it through roomgate.
+    pub path: String,
+    /// Per step: the export gets this long, then the import.
+    pub timeout: Duration,
+    /// Largest state; a larger export is a failure.
+    pub max_bytes: usize,
+    /// Sent to backends as `Authorization: Bearer`, from `token` or `token_file`.
+    pub token: Option<String>,
+    /// Rooms moved at once.
+    pub concurrency: usize,
+    pub on_failure: OnHandoffFailure,
+}
+
+/// What a move does when its export or import fails (`[handoff] on_failure`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnHandoffFailure {
+    /// The room moves without its state and starts empty on its new owner.
+    Restart,
+    /// The room stays on its old owner while that owner is up.
+    Stay,
 }
 
 #[derive(Clone, Debug, PartialEq)]

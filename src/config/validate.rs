@@ -1,6 +1,7 @@
 //! The checks on a parsed config file: what needs several values at once, or the file system, or
 //! a resolver. [`Validator::config`] turns a [`file::File`] into a [`Config`], or names the key
-//! that is wrong. The sections with most rules have their own files: `discovery`, `routes`, `tls`.
+//! that is wrong. The sections with most rules have their own files: `discovery`, `handoff`,
+//! `routes`, `tls`.
 
 use std::path::Path;
 use std::time::Duration;
@@ -39,9 +40,11 @@ impl Validator<'_> {
         let backends = self.backends(f.backends, !discovery.is_empty())?;
         let tls = self.tls(f.tls, &server.listen)?;
         let upstream = self.upstream(&f.upstream)?;
+        let handoff = self.handoff(f.handoff)?;
         Ok(Config {
             directory,
             tls,
+            handoff,
             origin: origin.to_owned(),
             path: None,
             rooms: Rooms { linger: f.rooms.linger.0, linger_unused: f.rooms.linger_unused.0 },
@@ -120,20 +123,7 @@ impl Validator<'_> {
     }
 
     fn admin(&self, a: &file::AdminSection) -> Result<Admin, ConfigError> {
-        let token = match (&a.token, &a.token_file) {
-            (Some(_), Some(f)) => {
-                return Err(self.err(f, "admin.token and admin.token_file are both set: keep one".into()));
-            }
-            (_, Some(f)) => Some(
-                read_token_file(Path::new(f.get_ref()))
-                    .map_err(|why| self.err(f, format!("admin.token_file = {:?}: {why}", f.get_ref())))?,
-            ),
-            (Some(t), None) if !t.get_ref().is_empty() && t.get_ref().len() < MIN_TOKEN_LEN => {
-                return Err(self.err(t, format!("admin.token is too short: use at least {MIN_TOKEN_LEN} characters")));
-            }
-            (Some(t), None) => Some(t.get_ref().clone()).filter(|t| !t.is_empty()),
-            (None, None) => None,
-        };
+        let token = self.token("admin", &a.token, &a.token_file)?;
         let listen = *a.listen.get_ref();
         let max_connections = *a.max_connections.get_ref();
         if !(1..=1_000_000).contains(&max_connections) {
@@ -148,6 +138,33 @@ impl Validator<'_> {
             ));
         }
         Ok(Admin { listen, token, max_connections })
+    }
+
+    /// `{section}.token` or `{section}.token_file` (not both): the token, `None` when neither is set
+    /// or the token is empty. A token in the file's text, or read from `token_file`, has at least
+    /// [`MIN_TOKEN_LEN`] characters.
+    pub(super) fn token(
+        &self,
+        section: &str,
+        token: &Option<Spanned<String>>,
+        token_file: &Option<Spanned<String>>,
+    ) -> Result<Option<String>, ConfigError> {
+        Ok(match (token, token_file) {
+            (Some(_), Some(f)) => {
+                return Err(self.err(f, format!("{section}.token and {section}.token_file are both set: keep one")));
+            }
+            (_, Some(f)) => Some(
+                read_token_file(Path::new(f.get_ref()))
+                    .map_err(|why| self.err(f, format!("{section}.token_file = {:?}: {why}", f.get_ref())))?,
+            ),
+            (Some(t), None) if !t.get_ref().is_empty() && t.get_ref().len() < MIN_TOKEN_LEN => {
+                return Err(
+                    self.err(t, format!("{section}.token is too short: use at least {MIN_TOKEN_LEN} characters"))
+                );
+            }
+            (Some(t), None) => Some(t.get_ref().clone()).filter(|t| !t.is_empty()),
+            (None, None) => None,
+        })
     }
 
     fn health(&self, h: &file::HealthSection) -> Result<Health, ConfigError> {

@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use toml::Spanned;
 
 use super::{
-    AdminSection, Count, DirectorySection, DrainSection, HealthSection, LimitsSection, LogFormat, LogSection,
-    OneOrMany, PlacementSection, ReloadSection, RoomsSection, ServerSection, ShutdownSection, TimeoutsSection,
-    UpstreamSection,
+    AdminSection, ByteSize, Count, DirectorySection, DrainSection, HandoffSection, HealthSection, LimitsSection,
+    LogFormat, LogSection, OneOrMany, PlacementSection, ReloadSection, RoomsSection, ServerSection, ShutdownSection,
+    TimeoutsSection, UpstreamSection,
 };
 use crate::config::duration::{HumanDuration, OptionalDuration};
 use crate::placement::Algorithm;
@@ -143,6 +143,20 @@ impl Default for ReloadSection {
 impl Default for ShutdownSection {
     fn default() -> Self {
         ShutdownSection { grace: secs(30) }
+    }
+}
+
+impl Default for HandoffSection {
+    fn default() -> Self {
+        HandoffSection {
+            path: Spanned::new(0..0, crate::config::DEFAULT_HANDOFF_PATH.to_owned()),
+            timeout: Spanned::new(0..0, secs(5)),
+            max_bytes: Spanned::new(0..0, ByteSize(16 << 20)),
+            token: None,
+            token_file: None,
+            concurrency: Spanned::new(0..0, 16),
+            on_failure: Spanned::new(0..0, "restart".to_owned()),
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! The values of the config file that are parsed by hand: key sources (their regexes compiled
-//! while the file is read), trusted proxies, count limits and `listen` lists.
+//! while the file is read), trusted proxies, count limits, byte sizes and `listen` lists.
 
 use std::str::FromStr;
 
@@ -23,6 +23,10 @@ pub enum Count {
     Auto,
     Max(usize),
 }
+
+/// A size in bytes: an integer, or a string of digits and a unit (`"16MiB"`, `"512KB"`, `"100B"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
 
 /// `listen = "addr"` or `listen = ["addr", ...]`.
 pub struct OneOrMany<T>(pub Vec<T>);
@@ -63,6 +67,44 @@ impl<'de> Deserialize<'de> for Count {
             toml::Value::String(s) if s == "off" => Ok(Count::Off),
             toml::Value::String(s) if s == "auto" => Ok(Count::Auto),
             other => Err(de::Error::custom(format!("{other}: expected a number, \"off\" or \"auto\""))),
+        }
+    }
+}
+
+impl FromStr for ByteSize {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let err = |why: &str| {
+            format!("invalid size {text:?}: {why} (write a number and a unit: \"512KiB\", \"16MiB\", \"1GB\")")
+        };
+        let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| err("missing unit"))?;
+        let (digits, unit) = text.split_at(split);
+        if digits.is_empty() {
+            return Err(err("missing number"));
+        }
+        let per_unit: u64 = match unit {
+            "B" => 1,
+            "KiB" => 1 << 10,
+            "MiB" => 1 << 20,
+            "GiB" => 1 << 30,
+            "KB" => 1_000,
+            "MB" => 1_000_000,
+            "GB" => 1_000_000_000,
+            _ => return Err(err("unknown unit (use B, KiB, MiB, GiB, KB, MB or GB)")),
+        };
+        let n: u64 = digits.parse().map_err(|_| err("number too large"))?;
+        n.checked_mul(per_unit).map(ByteSize).ok_or_else(|| err("number too large"))
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match toml::Value::deserialize(d)? {
+            toml::Value::Integer(n) => u64::try_from(n)
+                .map(ByteSize)
+                .map_err(|_| de::Error::custom(format!("{n}: expected a size in bytes, not a negative number"))),
+            toml::Value::String(s) => s.parse().map_err(de::Error::custom),
+            other => Err(de::Error::custom(format!("{other}: expected a number of bytes or a size such as \"16MiB\""))),
         }
     }
 }
