@@ -125,6 +125,17 @@ impl FrameTracker {
         !self.in_payload && self.head_len == 0
     }
 
+    /// How many more bytes the stream needs to reach the next frame boundary, or, inside a
+    /// header, its next known part: a reader that never takes more never reads past a boundary.
+    /// `None` at a boundary.
+    pub fn until_boundary(&self) -> Option<u64> {
+        if self.at_boundary() {
+            return None;
+        }
+        let need = if self.in_payload { self.remaining } else { (self.head_need() - self.head_len as usize) as u64 };
+        Some(need.max(1))
+    }
+
     /// Frames completed so far.
     pub fn frames(&self) -> u64 {
         self.frames

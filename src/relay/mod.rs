@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use pump::{Pump, PumpError, PumpStats, Side, mask_key};
-pub use registry::{CloseRequest, Registration, TunnelHandle, Tunnels};
+pub use registry::{CloseRequest, Paused, Registration, TunnelHandle, Tunnels};
 
 /// Close code roomgate sends to clients when it shuts down, or closes an idle socket (going
 /// away).
@@ -48,7 +48,9 @@ pub enum Ending {
 }
 
 /// Relays one tunnel until it ends, closing it cleanly when `handle` is asked to (shutdown, a
-/// room move, idleness: [`Tunnels::close_idle`] reads the activity the relay records in it).
+/// room move, idleness: [`Tunnels::close_idle`] reads the activity the relay records in it), and
+/// holding the client's stream at a frame boundary while a pause covers it
+/// ([`Tunnels::pause_room`]).
 pub fn run<C, B>(
     client: C,
     backend: B,
@@ -70,8 +72,8 @@ where
 /// The future of one tunnel. Written out rather than `async`, because an idle tunnel's memory is
 /// mostly this value: it holds the pump and nothing else per tunnel but the close deadline, boxed
 /// and present only while the tunnel closes. There is no idle timer per tunnel: the relay records
-/// activity in its handle and the maintenance tick closes the idle ones. A close request wakes it
-/// through the handle's waker slot.
+/// activity in its handle and the maintenance tick closes the idle ones. A close request, a pause
+/// and its end wake it through the handle's waker slot.
 pub struct Relay<C, B> {
     pump: Pump<C, B>,
     handle: Arc<TunnelHandle>,
@@ -91,6 +93,26 @@ where
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
+        // One atomic load when no pause was asked for. A closing tunnel is not held: its close
+        // handshake reads the client to its reply.
+        let paused = this.handle.hold_client();
+        this.pump.hold_client(paused && this.closing.is_none());
+        let poll = this.poll_tunnel(cx);
+        if paused && poll.is_pending() && this.pump.client_held() {
+            this.handle.report_stopped();
+        }
+        poll
+    }
+}
+
+impl<C, B> Relay<C, B>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    /// The pump, and the close when one is requested.
+    fn poll_tunnel(&mut self, cx: &mut Context<'_>) -> Poll<(PumpStats, Ending)> {
+        let this = self;
         if let Some((code, deadline)) = this.closing.as_mut() {
             let code = *code;
             if let Poll::Ready(result) = Pin::new(&mut this.pump).poll(cx) {
@@ -113,7 +135,7 @@ where
         this.pump.close(code, request.reason());
         this.closing = Some((code, Box::pin(tokio::time::sleep(this.opts.close_timeout))));
         // Poll again at once: the close frames go out and the deadline is armed.
-        self.poll(cx)
+        this.poll_tunnel(cx)
     }
 }
 

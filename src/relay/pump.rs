@@ -90,8 +90,23 @@ where
     /// one with 1001 (going away), each at the next frame boundary of its stream; then the pump
     /// waits for both replies. A direction that already carried a close frame is left alone.
     pub fn close(&mut self, code: u16, reason: &str) {
+        // A close is never held: the client's stream is read again, to its close reply.
+        self.up.set_hold(false);
         self.down.request_close(close_frame(code, reason, None), After::AwaitReply);
         self.up.request_close(close_frame(1001, "", Some(mask_key())), After::AwaitReply);
+    }
+
+    /// Holds the client's stream (`true`) at its next frame boundary: the frame in flight is
+    /// completed, then the client is read no more until the hold ends; the backend's stream
+    /// flows on. A room hand-off pauses its sockets this way.
+    pub fn hold_client(&mut self, hold: bool) {
+        self.up.set_hold(hold);
+    }
+
+    /// The client's stream has stopped at a frame boundary: held there with all it relayed
+    /// written, or closing with roomgate's close frame already written to the backend.
+    pub fn client_held(&self) -> bool {
+        self.up.stopped_at_boundary()
     }
 
     /// Watches the client stream for page changes out of the socket's room (djust).

@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 use futures_util::task::AtomicWaker;
 use tokio::sync::Notify;
 
+mod pause;
+
+pub use pause::Paused;
+
 /// All open tunnels.
 #[derive(Default)]
 pub struct Tunnels {
@@ -33,7 +37,10 @@ pub struct TunnelHandle {
     pub backend: Arc<str>,
     /// The close requested, as [`CloseRequest::bits`]; 0: none.
     close_request: AtomicU32,
-    close: AtomicWaker,
+    /// Pauses covering the tunnel and what it reported of them (see `pause.rs`).
+    pause: AtomicU32,
+    /// The relay's task, woken by a close request, a pause and its end.
+    waker: AtomicWaker,
     /// When a byte last went through, in milliseconds since the process started.
     active_ms: AtomicU64,
 }
@@ -119,7 +126,8 @@ impl Tunnels {
             room,
             backend,
             close_request: AtomicU32::new(0),
-            close: AtomicWaker::new(),
+            pause: AtomicU32::new(0),
+            waker: AtomicWaker::new(),
             active_ms: AtomicU64::new(now_ms()),
         });
         let mut open = self.lock();
@@ -151,7 +159,8 @@ impl Tunnels {
 
     /// Asks the tunnels with no byte either way for `idle` to close (1001, "idle timeout");
     /// returns how many. Run by the maintenance tick: one walk of the table, and no timer per
-    /// tunnel (an idle tunnel's memory stays its relay's).
+    /// tunnel (an idle tunnel's memory stays its relay's). A paused tunnel is never idle: its
+    /// client may have sent what roomgate holds back; the end of a pause counts as activity.
     pub fn close_idle(&self, idle: Duration) -> usize {
         self.close_quiet_since(now_ms().saturating_sub(idle.as_millis() as u64))
     }
@@ -162,7 +171,7 @@ impl Tunnels {
             .lock()
             .by_id
             .values()
-            .filter(|h| h.active_ms.load(Ordering::Relaxed) < cutoff && !h.closing())
+            .filter(|h| h.active_ms.load(Ordering::Relaxed) < cutoff && !h.closing() && !h.is_paused())
             .cloned()
             .collect();
         for h in &idle {
@@ -227,7 +236,7 @@ impl TunnelHandle {
         if self.close_request.compare_exchange(0, bits, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             // The request is stored before the wake: a tunnel not waiting yet sees it when it
             // polls.
-            self.close.wake();
+            self.waker.wake();
         }
     }
 
@@ -242,7 +251,7 @@ impl TunnelHandle {
         if let Some(request) = self.request() {
             return Poll::Ready(request);
         }
-        self.close.register(cx.waker());
+        self.waker.register(cx.waker());
         match self.request() {
             Some(request) => Poll::Ready(request),
             None => Poll::Pending,
@@ -280,6 +289,8 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        // A pause waiting for this tunnel counts it as stopped.
+        self.handle.ended();
         let mut open = self.tunnels.lock();
         let id = self.handle.id;
         open.by_id.remove(&id);

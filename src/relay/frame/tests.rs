@@ -100,6 +100,41 @@ proptest! {
         prop_assert_eq!(t.close_code(), first_close);
     }
 
+    /// A reader that takes at most [`FrameTracker::until_boundary`] bytes at a time (as a paused
+    /// relay does) lands on every frame end and never reads past one.
+    #[test]
+    fn reads_capped_at_the_boundary_stop_on_every_frame_end(specs in proptest::collection::vec(spec_strategy(), 1..8), sizes in proptest::collection::vec(1usize..40_000, 1..16)) {
+        let mut stream = Vec::new();
+        let mut ends = Vec::new();
+        for s in &specs {
+            stream.extend(encode(s));
+            ends.push(stream.len());
+        }
+        let mut t = FrameTracker::new();
+        let mut at = 0;
+        let mut landed = Vec::new();
+        for size in sizes.iter().cycle() {
+            if at == stream.len() {
+                break;
+            }
+            // At a boundary a paused relay reads nothing; this reader starts the next frame with
+            // one byte, then lets the tracker cap it.
+            let cap = t.until_boundary().map_or(1, |n| n as usize);
+            let end = stream.len().min(at + (*size).min(cap));
+            let feed = t.feed(&stream[at..end]).unwrap();
+            if let Some(b) = feed.first_boundary {
+                prop_assert_eq!(at + b, end, "read past a frame end");
+            }
+            at = end;
+            if t.at_boundary() {
+                landed.push(at);
+            }
+        }
+        for e in &ends {
+            prop_assert!(landed.contains(e), "never stopped at the frame end {}", e);
+        }
+    }
+
     /// Arbitrary bytes never panic the tracker.
     #[test]
     fn garbage_never_panics(data in proptest::collection::vec(any::<u8>(), 0..4096), cut in 0usize..4096) {

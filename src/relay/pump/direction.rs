@@ -13,6 +13,8 @@ use super::{Side, mask_key};
 use crate::relay::frame::{FrameError, FrameTracker, Rules, close_frame};
 use crate::relay::watch::{NavWatch, Stop};
 
+mod hold;
+
 /// Reads per direction per poll before yielding to other tasks.
 const READS_PER_POLL: usize = 16;
 const SCRATCH_SIZE: usize = 32 * 1024;
@@ -58,6 +60,8 @@ pub(super) struct Direction {
     /// The watch stopped the stream with this close code: the other direction must close the
     /// client with it.
     stopped: Option<(u16, &'static str)>,
+    /// Held at the next frame boundary (a room hand-off's pause: `hold.rs`).
+    hold: bool,
 }
 
 /// What went wrong in one direction.
@@ -96,6 +100,7 @@ impl Direction {
             bytes: 0,
             watch: None,
             stopped: None,
+            hold: false,
         }
     }
 
@@ -185,12 +190,18 @@ impl Direction {
                 Next::Done => return Poll::Ready(Ok(())),
                 Next::Read => {}
             }
+            let cap = if self.hold { self.read_cap() } else { SCRATCH_SIZE };
+            if cap == 0 {
+                // Held at a frame boundary: the source is not read (its TCP window fills). The
+                // relay's task is woken by its handle when the pause ends.
+                return Poll::Pending;
+            }
             if reads == READS_PER_POLL {
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
             reads += 1;
-            ready!(self.poll_read_chunk(cx, src, dst, activity))?;
+            ready!(self.poll_read_chunk(cx, src, dst, activity, cap))?;
         }
     }
 
@@ -223,14 +234,15 @@ impl Direction {
         Poll::Ready(Next::Read)
     }
 
-    /// Reads one chunk from the source into the scratch buffer and handles it; an empty read is
-    /// the end of the source's stream.
+    /// Reads one chunk of at most `cap` bytes from the source into the scratch buffer and handles
+    /// it; an empty read is the end of the source's stream.
     fn poll_read_chunk<S, D>(
         &mut self,
         cx: &mut Context<'_>,
         src: &mut S,
         dst: &mut D,
         activity: &mut u64,
+        cap: usize,
     ) -> Poll<Result<(), DirError>>
     where
         S: AsyncRead + Unpin,
@@ -238,7 +250,7 @@ impl Direction {
     {
         let src_side = self.src;
         SCRATCH.with_borrow_mut(|buf| -> Poll<Result<(), DirError>> {
-            let mut rb = ReadBuf::new(buf);
+            let mut rb = ReadBuf::new(&mut buf[..cap.min(SCRATCH_SIZE)]);
             ready!(Pin::new(&mut *src).poll_read(cx, &mut rb)).map_err(|e| DirError::Io(src_side, e))?;
             let data = rb.filled();
             if data.is_empty() {

@@ -1,0 +1,281 @@
+//! Pauses over real loopback tunnels: test client <-> relay <-> test backend, registered in a
+//! registry as the proxy registers them.
+
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use super::*;
+use crate::relay::frame::{FrameTracker, OP_BINARY, OP_CLOSE, OP_PING, OP_TEXT, close_frame, frame};
+use crate::relay::watch::NavWatch;
+use crate::relay::{self, Ending, PumpStats, TunnelOptions};
+
+const M: [u8; 4] = [9, 8, 7, 6];
+/// Bounds every wait for something that must happen.
+const SOON: Duration = Duration::from_secs(5);
+/// How long a test watches for bytes that must not come: long enough for a relay that wrongly
+/// kept reading to have passed them on over loopback, short enough to keep the suite quick.
+const QUIET: Duration = Duration::from_millis(300);
+
+async fn tcp_pair() -> (TcpStream, TcpStream) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (a, b) = tokio::join!(TcpStream::connect(addr), listener.accept());
+    (a.unwrap(), b.unwrap().0)
+}
+
+/// The two test peers of one tunnel of room "r" on backend "b", and its relay's task (which
+/// drops the registration when the relay ends, as the proxy does).
+struct Tunnel {
+    client: TcpStream,
+    backend: TcpStream,
+    task: JoinHandle<(PumpStats, Ending)>,
+}
+
+async fn open(tunnels: &Arc<Tunnels>) -> Tunnel {
+    open_with(tunnels, None).await
+}
+
+async fn open_with(tunnels: &Arc<Tunnels>, watch: Option<NavWatch>) -> Tunnel {
+    let (client, client_side) = tcp_pair().await;
+    let (backend_side, backend) = tcp_pair().await;
+    let registration = tunnels.register(Some("r".into()), "b".into());
+    let opts = TunnelOptions { close_timeout: SOON, rsv: 0 };
+    let relay = relay::run(client_side, backend_side, registration.handle().clone(), opts, watch);
+    let task = tokio::spawn(async move {
+        let out = relay.await;
+        drop(registration);
+        out
+    });
+    Tunnel { client, backend, task }
+}
+
+async fn read_exactly(s: &mut (impl AsyncReadExt + Unpin), n: usize) -> Vec<u8> {
+    let mut got = vec![0u8; n];
+    tokio::time::timeout(SOON, s.read_exact(&mut got)).await.expect("the bytes came in time").unwrap();
+    got
+}
+
+/// Reads until a close frame ends: the bytes through it, and its code.
+async fn read_until_close(s: &mut TcpStream) -> (Vec<u8>, Option<u16>) {
+    let mut t = FrameTracker::new();
+    let mut all = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(SOON, s.read(&mut buf)).await.expect("a close frame in time").unwrap();
+        assert_ne!(n, 0, "the stream ended without a close frame after {all:?}");
+        let feed = t.feed(&buf[..n]).unwrap();
+        all.extend_from_slice(&buf[..n]);
+        if let Some(end) = feed.close_end {
+            all.truncate(all.len() - n + end);
+            return (all, t.close_code());
+        }
+    }
+}
+
+/// Length of roomgate's close frame to a backend (masked, no reason).
+const BACKEND_CLOSE_LEN: usize = 2 + 4 + 2;
+
+/// Nothing arrives on `s` within [`QUIET`].
+async fn stays_quiet(s: &mut TcpStream, what: &str) {
+    let mut buf = [0u8; 64];
+    if let Ok(read) = tokio::time::timeout(QUIET, s.read(&mut buf)).await {
+        panic!("{what}: {read:?} {:?}", &buf[..read.as_ref().map_or(0, |n| *n)]);
+    }
+}
+
+fn small(i: usize) -> Vec<u8> {
+    frame(OP_BINARY, format!("frame {i}").as_bytes(), Some(M))
+}
+
+/// The client streams frames while a pause comes in the middle of a large one: the backend gets
+/// that frame whole and nothing after it until the pause ends, the backend's stream flows on,
+/// then the rest arrives in order, nothing lost or doubled.
+#[tokio::test]
+async fn a_pause_stops_the_client_stream_at_a_frame_boundary_and_resume_delivers_the_rest() {
+    let tunnels = Arc::new(Tunnels::default());
+    let Tunnel { client, mut backend, task } = open(&tunnels).await;
+    let (mut client_rd, mut client_wr) = client.into_split();
+    let big = frame(OP_BINARY, &(0..300_000u32).map(|i| i as u8).collect::<Vec<_>>(), Some(M));
+    let mut before: Vec<u8> = (0..20).flat_map(small).collect();
+    before.extend_from_slice(&big[..100_000]);
+    client_wr.write_all(&before).await.unwrap();
+    assert_eq!(read_exactly(&mut backend, before.len()).await, before, "relayed before the pause");
+
+    // Mid-frame: the pause cannot have stopped the stream yet.
+    let paused = tunnels.pause_room("r", "b");
+    assert_eq!(paused.len(), 1);
+    assert!(!paused.is_stopped(), "a frame is half-way through");
+    let mut after: Vec<u8> = (20..50).flat_map(small).collect();
+    after.extend(frame(OP_PING, b"ping", Some(M)));
+    after.extend((50..80).flat_map(small));
+    let mut rest = big[100_000..].to_vec();
+    rest.extend_from_slice(&after);
+    let writer = tokio::spawn(async move {
+        // In several writes, one of which holds both the end of the large frame and the frames
+        // after it: a relay that read what is there would pass the boundary.
+        for piece in rest.chunks(7 * 1024) {
+            client_wr.write_all(piece).await.unwrap();
+        }
+        client_wr
+    });
+    // The backend reads while the relay completes the frame: its socket buffers need not hold it.
+    let (stopped, completed) =
+        tokio::join!(tokio::time::timeout(SOON, paused.stopped()), read_exactly(&mut backend, big.len() - 100_000));
+    stopped.expect("stopped at the end of the large frame");
+    assert_eq!(completed, big[100_000..], "the frame completed");
+    // Everything after the large frame is written (to the socket buffers), and none of it passes.
+    let client_wr = tokio::time::timeout(SOON, writer).await.expect("the client wrote everything").unwrap();
+    stays_quiet(&mut backend, "the backend got bytes while paused").await;
+
+    // The backend's stream flows while the client's is paused.
+    let down = frame(OP_TEXT, b"from the backend while paused", None);
+    backend.write_all(&down).await.unwrap();
+    assert_eq!(read_exactly(&mut client_rd, down.len()).await, down);
+
+    paused.resume();
+    assert_eq!(read_exactly(&mut backend, after.len()).await, after, "the rest, in order");
+    // Then nothing but the client's close: nothing was doubled.
+    let mut client_wr = client_wr;
+    client_wr.write_all(&frame(OP_CLOSE, &1000u16.to_be_bytes(), Some(M))).await.unwrap();
+    let (got, code) = read_until_close(&mut backend).await;
+    assert_eq!((got.len(), code), (8, Some(1000)), "the close frame alone: {got:?}");
+    backend.write_all(&close_frame(1000, "", None)).await.unwrap();
+    backend.shutdown().await.unwrap();
+    let (stats, ending) = tokio::time::timeout(SOON, task).await.unwrap().unwrap();
+    assert!(matches!(ending, Ending::Finished), "{ending:?}");
+    let sent = before.len() + big.len() - 100_000 + after.len() + 8;
+    assert_eq!(stats.bytes_up, sent as u64);
+    assert!(tunnels.is_empty());
+}
+
+/// A close request on a paused tunnel closes both sides with its code: the backend's close frame
+/// comes at once (the stream is at a boundary), what the client sent while paused is dropped,
+/// and the close handshake runs to its end.
+#[tokio::test]
+async fn a_close_request_closes_a_paused_tunnel_on_both_sides() {
+    let tunnels = Arc::new(Tunnels::default());
+    let Tunnel { mut client, mut backend, task } = open(&tunnels).await;
+    let first = small(0);
+    client.write_all(&first).await.unwrap();
+    assert_eq!(read_exactly(&mut backend, first.len()).await, first);
+    let paused = tunnels.pause_room("r", "b");
+    tokio::time::timeout(SOON, paused.stopped()).await.expect("an idle tunnel stops at once");
+    let held: Vec<u8> = (1..10).flat_map(small).collect();
+    client.write_all(&held).await.unwrap();
+
+    assert_eq!(tunnels.close_room("r", "b", 1012), 1);
+    let (got, code) = read_until_close(&mut backend).await;
+    assert_eq!((got.len(), code), (BACKEND_CLOSE_LEN, Some(1001)), "the close alone, no held frame: {got:?}");
+    let (got, code) = read_until_close(&mut client).await;
+    let to_client = close_frame(1012, crate::relay::CloseRequest::Moving.reason(), None);
+    assert_eq!((got, code), (to_client, Some(1012)));
+    // Both reply; the relay drops the held frames while it reads the client's reply.
+    client.write_all(&frame(OP_CLOSE, &1012u16.to_be_bytes(), Some(M))).await.unwrap();
+    backend.write_all(&close_frame(1001, "", None)).await.unwrap();
+    let (stats, ending) = tokio::time::timeout(SOON, task).await.expect("the handshake ended").unwrap();
+    assert!(matches!(ending, Ending::ClosedByProxy(1012)), "{ending:?}");
+    assert_eq!(stats.client_close, Some(1012));
+    assert!(paused.is_stopped(), "an ended tunnel counts as stopped");
+    drop(paused);
+    assert!(tunnels.is_empty());
+}
+
+/// Dropping the pause without a decision resumes the tunnel: a cancelled hand-off never leaves a
+/// socket stuck.
+#[tokio::test]
+async fn dropping_a_pause_resumes_its_tunnels() {
+    let tunnels = Arc::new(Tunnels::default());
+    let Tunnel { mut client, mut backend, task } = open(&tunnels).await;
+    let paused = tunnels.pause_room("r", "b");
+    tokio::time::timeout(SOON, paused.stopped()).await.expect("an idle tunnel stops at once");
+    let held = small(1);
+    client.write_all(&held).await.unwrap();
+    stays_quiet(&mut backend, "the frame passed while paused").await;
+    drop(paused);
+    assert_eq!(read_exactly(&mut backend, held.len()).await, held);
+    drop((client, backend));
+    let _ = tokio::time::timeout(SOON, task).await.expect("the tunnel ended");
+}
+
+/// A djust socket's page watch holds a text message back until it is whole: a pause stops
+/// there, with nothing of the message written, and the message goes whole after the pause.
+#[tokio::test]
+async fn a_watched_stream_stops_where_its_watch_holds_a_message_back() {
+    let tunnels = Arc::new(Tunnels::default());
+    let regex = regex::Regex::new("^/room/(?P<room>[^/]+)/").unwrap();
+    let watch = NavWatch::new(regex, Some("r"), 64 * 1024, Default::default());
+    let Tunnel { mut client, mut backend, task } = open_with(&tunnels, Some(watch)).await;
+    let event = frame(OP_TEXT, br#"{"type":"event","event":"increment","params":{}}"#, Some(M));
+    client.write_all(&event).await.unwrap();
+    assert_eq!(read_exactly(&mut backend, event.len()).await, event);
+    client.write_all(&event[..20]).await.unwrap();
+    let paused = tunnels.pause_room("r", "b");
+    tokio::time::timeout(SOON, paused.stopped()).await.expect("what was written ends at a boundary");
+    client.write_all(&event[20..]).await.unwrap();
+    stays_quiet(&mut backend, "the message passed while paused").await;
+    paused.resume();
+    assert_eq!(read_exactly(&mut backend, event.len()).await, event, "whole, once");
+    drop((client, backend));
+    let _ = tokio::time::timeout(SOON, task).await.expect("the tunnel ended");
+}
+
+/// A tunnel whose client goes away in the middle of a frame, while paused, counts as stopped.
+#[tokio::test]
+async fn a_tunnel_that_ends_while_paused_counts_as_stopped() {
+    let tunnels = Arc::new(Tunnels::default());
+    let Tunnel { mut client, mut backend, task } = open(&tunnels).await;
+    let half = &small(2)[..5];
+    client.write_all(half).await.unwrap();
+    assert_eq!(read_exactly(&mut backend, half.len()).await, half);
+    let paused = tunnels.pause_room("r", "b");
+    assert!(!paused.is_stopped());
+    drop(client);
+    backend.shutdown().await.unwrap();
+    tokio::time::timeout(SOON, paused.stopped()).await.expect("the ended tunnel counts");
+    let _ = tokio::time::timeout(SOON, task).await.expect("the tunnel ended");
+}
+
+#[tokio::test]
+async fn a_room_without_tunnels_stops_at_once() {
+    let tunnels = Arc::new(Tunnels::default());
+    let paused = tunnels.pause_room("nobody", "b");
+    assert!(paused.is_empty());
+    assert!(paused.stopped().now_or_never().is_some());
+}
+
+/// Only the room's tunnels on that backend, not closing, are paused; pauses add up; a pause
+/// holds off idle expiry and its end counts as activity; a registration dropped without a relay
+/// counts as stopped.
+#[test]
+fn pauses_cover_the_room_on_its_backend_and_keep_its_tunnels_from_idling() {
+    let t = Arc::new(Tunnels::default());
+    let a = t.register(Some("r".into()), "a".into());
+    let elsewhere = t.register(Some("r".into()), "b".into());
+    let closing = t.register(Some("r".into()), "a".into());
+    closing.handle().request_close(1012);
+    let first = t.pause_room("r", "a");
+    let second = t.pause_room("r", "a");
+    assert_eq!((first.len(), second.len()), (1, 1));
+    assert!(a.handle().is_paused() && !elsewhere.handle().is_paused() && !closing.handle().is_paused());
+
+    a.handle().active_ms.store(0, Ordering::Relaxed);
+    elsewhere.handle().active_ms.store(0, Ordering::Relaxed);
+    assert_eq!(t.close_quiet_since(5), 1, "the unpaused one only");
+    assert!(!a.handle().closing());
+    first.resume();
+    assert!(a.handle().is_paused(), "the second pause still holds it");
+    a.handle().active_ms.store(u64::MAX, Ordering::Relaxed);
+    second.resume();
+    assert!(!a.handle().is_paused());
+    assert_ne!(a.handle().active_ms.load(Ordering::Relaxed), u64::MAX, "the end of the pause is activity");
+    assert!(!a.handle().hold_client(), "the relay relays again");
+
+    let paused = t.pause_room("r", "a");
+    assert!(!paused.is_stopped());
+    drop(a);
+    assert!(paused.is_stopped());
+}
