@@ -179,19 +179,16 @@ pub async fn move_with_state(gateway: &Gateway, client: &HandoffClient, room: &s
         }
     };
     let outcome = match outcome {
-        Outcome::Stayed => {
-            paused.resume();
-            outcome
-        }
+        Outcome::Stayed => outcome,
         _ => match gateway.move_room(room, from, &to).await {
             Reassigned::Moved => outcome,
             // Someone else moved it meanwhile, or a replica still holds it: it stays for now.
-            Reassigned::Elsewhere | Reassigned::Wait(_) => {
-                paused.resume();
-                Outcome::Skipped
-            }
+            Reassigned::Elsewhere | Reassigned::Wait(_) => Outcome::Skipped,
         },
     };
+    // Resumes the sockets that stay (a failed hand-off that keeps the room, a move that did not
+    // happen); those of a moved room were closed (1012) by the move, and nothing they held on
+    // to reaches the old owner.
     drop(paused);
     drop(held);
     gateway.metrics().handoff(outcome.as_str(), started.elapsed());
