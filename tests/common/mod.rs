@@ -9,6 +9,7 @@ pub mod judge;
 pub mod pinned;
 pub mod raw;
 pub mod redis_server;
+pub mod rooms;
 pub mod tls;
 
 use std::convert::Infallible;
