@@ -87,7 +87,8 @@ impl DemoBackend {
             Some(key) => (key, true),
             None => (rest, false),
         };
-        let Some(key) = key.strip_prefix('/').map(|k| percent_encoding::percent_decode_str(k).decode_utf8_lossy()) else {
+        let Some(key) = key.strip_prefix('/').map(|k| percent_encoding::percent_decode_str(k).decode_utf8_lossy())
+        else {
             return text(StatusCode::NOT_FOUND, "no such endpoint");
         };
         match (method, export) {

@@ -112,10 +112,9 @@ async fn route(control: &Control, req: Request<Incoming>, body_timeout: Duration
             }
         }
         (&Method::POST, ["admin", "rebalance"]) => match body::json::<RebalanceBody, _>(req, body_timeout).await {
-            Ok(body) => control
-                .rebalance(body.max_moves)
-                .map(|queued| json!({"moves": queued}))
-                .map_err(|e| error_for(&e)),
+            Ok(body) => {
+                control.rebalance(body.max_moves).map(|queued| json!({"moves": queued})).map_err(|e| error_for(&e))
+            }
             Err(e) => Err(e),
         },
         (&Method::POST, ["admin", "reload"]) => match body::json::<NoFields, _>(req, body_timeout).await {

@@ -44,7 +44,11 @@ impl HandoffMetrics {
              restarted (a step failed; moved without state), stayed (a step failed; kept on its owner), skipped",
             self.moves.clone(),
         );
-        r.register("handoff_failures", "Hand-off steps that failed, by step: pause, export, import", self.failures.clone());
+        r.register(
+            "handoff_failures",
+            "Hand-off steps that failed, by step: pause, export, import",
+            self.failures.clone(),
+        );
         r.register("handoff_seconds", "Time from a hand-off's start to its end, every outcome", self.seconds.clone());
         r.register("handoff_state_bytes", "Size of each state handed over", self.state_bytes.clone());
     }

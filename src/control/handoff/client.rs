@@ -94,7 +94,8 @@ impl HandoffClient {
         let uri = format!("{}/export", endpoint(from, settings, ids.room));
         let call = async {
             let req = request(STEP, Method::POST, &uri, from, settings, ids, Bytes::new(), None)?;
-            let resp = self.client.request(req).await.map_err(|e| StepError::Failed { step: STEP, source: e.into() })?;
+            let resp =
+                self.client.request(req).await.map_err(|e| StepError::Failed { step: STEP, source: e.into() })?;
             match resp.status() {
                 StatusCode::OK => {}
                 StatusCode::NO_CONTENT | StatusCode::NOT_FOUND => return Ok(None),
@@ -123,12 +124,20 @@ impl HandoffClient {
     }
 
     /// `PUT {path}/{key}` to the new owner with the state; any 2xx is accepted.
-    pub async fn import(&self, settings: &Handoff, to: &Backend, ids: &MoveIds<'_>, state: &State) -> Result<(), StepError> {
+    pub async fn import(
+        &self,
+        settings: &Handoff,
+        to: &Backend,
+        ids: &MoveIds<'_>,
+        state: &State,
+    ) -> Result<(), StepError> {
         const STEP: &str = "import";
         let uri = endpoint(to, settings, ids.room);
         let call = async {
-            let req = request(STEP, Method::PUT, &uri, to, settings, ids, state.body.clone(), state.content_type.clone())?;
-            let resp = self.client.request(req).await.map_err(|e| StepError::Failed { step: STEP, source: e.into() })?;
+            let req =
+                request(STEP, Method::PUT, &uri, to, settings, ids, state.body.clone(), state.content_type.clone())?;
+            let resp =
+                self.client.request(req).await.map_err(|e| StepError::Failed { step: STEP, source: e.into() })?;
             let status = resp.status();
             // Read to its end, so that the connection goes back to the pool.
             let _ = resp.into_body().collect().await;

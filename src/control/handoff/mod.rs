@@ -147,7 +147,13 @@ fn move_id() -> String {
 
 /// Moves `room` off `from` to its placement owner, with its state. See the module's doc for the
 /// sequence; [`Outcome`] for how it ends.
-pub async fn move_with_state(gateway: &Gateway, client: &HandoffClient, room: &str, from: &Arc<str>, forced: bool) -> Outcome {
+pub async fn move_with_state(
+    gateway: &Gateway,
+    client: &HandoffClient,
+    room: &str,
+    from: &Arc<str>,
+    forced: bool,
+) -> Outcome {
     let snap = gateway.snapshot();
     let Some(settings) = snap.config.handoff.clone() else {
         return plain_move(gateway, room, from).await;

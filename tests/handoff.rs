@@ -1,0 +1,253 @@
+//! Room hand-off through roomgate (docs/handoff.md): a room moves with its state (its message
+//! log, on `RoomBackend`s) when its backend is drained with hand-off, when a rebalance gives it
+//! to another backend, and at a drain deadline; joins during a move are held and reach the new
+//! owner with the state; a failed step restarts the room or keeps it, as `on_failure` says.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::rooms::RoomBackend;
+use common::*;
+use futures_util::SinkExt;
+use http::StatusCode;
+use tokio_tungstenite::tungstenite::Message;
+
+const ROUTES: &str = "[[routes]]\nprefix = \"/\"\nmode = \"room\"\nkeys = [\"query:room\"]\n";
+
+async fn fleet(n: usize) -> Vec<RoomBackend> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        out.push(RoomBackend::start(&format!("b{i}")).await);
+    }
+    out
+}
+
+fn config_for(backends: &[RoomBackend], handoff: &str) -> String {
+    let list: Vec<(&str, std::net::SocketAddr)> = backends.iter().map(|b| (b.id.as_str(), b.addr)).collect();
+    config(&list, ROUTES, &format!("[drain]\nspread = \"0s\"\n{handoff}"))
+}
+
+/// A member of `room`: its socket and the backend that greeted it, with the log's length then.
+async fn join(proxy: &Proxy, room: &str) -> (Ws, String, usize) {
+    let mut ws = ws_connect(&proxy.ws_url(&format!("/live/?room={room}")), &[]).await;
+    let hello = next(&mut ws).await.into_text().unwrap();
+    let mut parts = hello.split(':');
+    assert_eq!(parts.next(), Some("hello"), "{hello}");
+    let backend = parts.next().unwrap().to_owned();
+    let len = parts.next().unwrap().parse().unwrap();
+    (ws, backend, len)
+}
+
+/// Sends `text` and waits for its broadcast back (`{index}:{text}`).
+async fn say(ws: &mut Ws, text: &str) {
+    ws.send(Message::text(text)).await.unwrap();
+    loop {
+        let got = next(ws).await.into_text().unwrap();
+        if got.ends_with(&format!(":{text}")) {
+            return;
+        }
+    }
+}
+
+/// The log as one member's backend holds it (`log` asks it).
+async fn log_of(ws: &mut Ws) -> Vec<String> {
+    ws.send(Message::text("log")).await.unwrap();
+    loop {
+        let got = next(ws).await.into_text().unwrap();
+        if let Some(json) = got.strip_prefix("log:") {
+            return serde_json::from_str(json).unwrap();
+        }
+    }
+}
+
+fn metric(text: &str, series: &str) -> u64 {
+    text.lines().find(|l| l.starts_with(series)).and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).unwrap_or(0.0)
+        as u64
+}
+
+async fn metrics(proxy: &Proxy) -> String {
+    let (_, _, text) = get(&http_client(), &proxy.admin_url("/metrics"), &[]).await;
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_with_handoff_moves_the_room_with_its_log_and_closes_its_sockets_1012() {
+    let backends = fleet(3).await;
+    let proxy = Proxy::start(&config_for(&backends, "[handoff]\ntoken = \"a-long-enough-token-1234\"\n")).await;
+    let mut members = Vec::new();
+    for _ in 0..3 {
+        members.push(join(&proxy, "chess").await);
+    }
+    let old = members[0].1.clone();
+    assert!(members.iter().all(|m| m.1 == old), "one room, one backend");
+    for i in 0..7 {
+        say(&mut members[i % 3].0, &format!("m{i}")).await;
+    }
+
+    let (status, body) = admin_post(&proxy, &format!("/admin/backends/{old}/drain"), r#"{"handoff": true}"#).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    for (ws, _, _) in &mut members {
+        assert_eq!(close_code(ws).await, Some(1012), "the room's sockets on the old owner close 1012");
+    }
+    let (mut ws, new, len) = join(&proxy, "chess").await;
+    assert_ne!(new, old, "the room left the drained backend");
+    assert_eq!(len, 7, "the new owner has the whole log before the member arrives");
+    assert_eq!(log_of(&mut ws).await, (0..7).map(|i| format!("m{i}")).collect::<Vec<_>>());
+
+    let old_b = backends.iter().find(|b| b.id == old).unwrap();
+    let new_b = backends.iter().find(|b| b.id == new).unwrap();
+    let (export, import) = (old_b.calls(), new_b.calls());
+    assert_eq!((export.len(), import.len()), (1, 1), "one export on the old owner, one import on the new");
+    let (e, i) = (&export[0], &import[0]);
+    assert_eq!((e.method.as_str(), i.method.as_str()), ("POST", "PUT"));
+    assert_eq!(e.key, "chess");
+    assert_eq!(e.move_id, i.move_id, "one move id on both calls");
+    assert_eq!((e.from.as_deref(), e.to.as_deref()), (Some(old.as_str()), Some(new.as_str())));
+    assert_eq!(e.authorization.as_deref(), Some("Bearer a-long-enough-token-1234"));
+    assert_eq!(i.content_type.as_deref(), Some("application/json"), "the export's Content-Type goes along");
+
+    let text = metrics(&proxy).await;
+    assert_eq!(metric(&text, "roomgate_handoffs_total{outcome=\"moved\"}"), 1, "{text}");
+    let status = admin_get(&proxy, "/admin/status").await;
+    assert_eq!(status["handoff"]["done"], 1, "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_during_the_move_is_held_and_reaches_the_new_owner_with_the_state() {
+    let backends = fleet(3).await;
+    let proxy = Proxy::start(&config_for(&backends, "[handoff]\n")).await;
+    let (mut first, old, _) = join(&proxy, "go").await;
+    for i in 0..4 {
+        say(&mut first, &format!("m{i}")).await;
+    }
+    let old_b = backends.iter().find(|b| b.id == old).unwrap();
+    old_b.set_export_delay(Duration::from_millis(400));
+    let (status, _) = admin_post(&proxy, &format!("/admin/backends/{old}/drain"), r#"{"handoff": true}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    old_b.wait_calls(1).await; // the export is on its way: the move is under way
+    let started = std::time::Instant::now();
+    let (_ws, new, len) = join(&proxy, "go").await;
+    assert!(started.elapsed() >= Duration::from_millis(200), "the join waited for the move ({:?})", started.elapsed());
+    assert_ne!(new, old);
+    assert_eq!(len, 4, "held, then admitted where the state already is");
+    assert_eq!(close_code(&mut first).await, Some(1012));
+    let text = metrics(&proxy).await;
+    assert!(metric(&text, "roomgate_room_join_wait_seconds_count") >= 1, "the held join is counted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_export_restarts_the_room_with_restart_and_keeps_it_with_stay() {
+    // restart (the default): the room moves, without its state.
+    let backends = fleet(3).await;
+    let proxy = Proxy::start(&config_for(&backends, "[handoff]\n")).await;
+    let (mut ws, old, _) = join(&proxy, "r1").await;
+    say(&mut ws, "kept?").await;
+    backends.iter().find(|b| b.id == old).unwrap().set_export_status(Some(StatusCode::INTERNAL_SERVER_ERROR));
+    admin_post(&proxy, &format!("/admin/backends/{old}/drain"), r#"{"handoff": true}"#).await;
+    assert_eq!(close_code(&mut ws).await, Some(1012));
+    let (_ws, new, len) = join(&proxy, "r1").await;
+    assert_ne!(new, old);
+    assert_eq!(len, 0, "restarted empty");
+    let text = metrics(&proxy).await;
+    assert_eq!(metric(&text, "roomgate_handoffs_total{outcome=\"restarted\"}"), 1, "{text}");
+    assert_eq!(metric(&text, "roomgate_handoff_failures_total{step=\"export\"}"), 1, "{text}");
+
+    // stay: the room stays on its owner, its socket keeps working, in order.
+    let backends = fleet(3).await;
+    let proxy = Proxy::start(&config_for(&backends, "[handoff]\non_failure = \"stay\"\n")).await;
+    let (mut ws, old, _) = join(&proxy, "r2").await;
+    say(&mut ws, "a").await;
+    let old_b = backends.iter().find(|b| b.id == old).unwrap();
+    old_b.set_import_status(Some(StatusCode::SERVICE_UNAVAILABLE));
+    for b in &backends {
+        b.set_import_status(Some(StatusCode::SERVICE_UNAVAILABLE));
+    }
+    admin_post(&proxy, &format!("/admin/backends/{old}/drain"), r#"{"handoff": true}"#).await;
+    let calls = async {
+        loop {
+            let done = admin_get(&proxy, "/admin/status").await["handoff"]["done"].as_u64().unwrap_or(0);
+            if done == 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(LIMIT, calls).await.expect("the move ends");
+    say(&mut ws, "b").await;
+    assert_eq!(log_of(&mut ws).await, ["a", "b"], "the socket was resumed, nothing lost");
+    let (_ws2, again, len) = join(&proxy, "r2").await;
+    assert_eq!((again.as_str(), len), (old.as_str(), 2), "new joins still go to the old owner");
+    let text = metrics(&proxy).await;
+    assert_eq!(metric(&text, "roomgate_handoffs_total{outcome=\"stayed\"}"), 1, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebalance_after_a_scale_out_moves_the_rooms_the_new_backend_places_with_their_logs() {
+    let mut backends = fleet(3).await;
+    let proxy = Proxy::start(&config_for(&backends, "[handoff]\n")).await;
+    let mut members = Vec::new();
+    for i in 0..24 {
+        let room = format!("room{i}");
+        let (mut ws, owner, _) = join(&proxy, &room).await;
+        say(&mut ws, &format!("{room}-hello")).await;
+        members.push((room, ws, owner));
+    }
+    backends.push(RoomBackend::start("b3").await);
+    let epoch = *proxy.control.epochs().borrow();
+    proxy.write_config(&config_for(&backends, "[handoff]\n"));
+    proxy.wait_epoch(epoch + 1).await;
+    let snap = proxy.control.gateway().snapshot();
+    let expected: Vec<String> = members
+        .iter()
+        .filter(|(room, _, _)| snap.place_new(room.as_bytes()).unwrap().id.as_ref() == "b3")
+        .map(|(room, _, _)| room.clone())
+        .collect();
+    assert!(!expected.is_empty(), "some rooms place on the new backend");
+    let (status, body) = admin_post(&proxy, "/admin/rebalance", "{}").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["moves"], expected.len(), "only the rooms whose placement owner changed move");
+    for (room, ws, _) in &mut members {
+        if expected.contains(room) {
+            assert_eq!(close_code(ws).await, Some(1012));
+            let (_ws, owner, len) = join(&proxy, room).await;
+            assert_eq!((owner.as_str(), len), ("b3", 1), "{room} moved with its log");
+        }
+    }
+    for (room, ws, owner) in &mut members {
+        if !expected.contains(room) {
+            say(ws, "still here").await;
+            assert_ne!(owner, "b3", "{room} did not move");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_handoff_a_drain_with_handoff_and_a_rebalance_are_refused_with_the_reason() {
+    let backends = fleet(2).await;
+    let proxy = Proxy::start(&config_for(&backends, "")).await;
+    let (status, body) = admin_post(&proxy, "/admin/backends/b0/drain", r#"{"handoff": true}"#).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(body["error"].as_str().unwrap().contains("[handoff]"), "{body}");
+    let (status, body) = admin_post(&proxy, "/admin/rebalance", "").await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(body["error"].as_str().unwrap().contains("[handoff]"), "{body}");
+    let (state, _, _) = backend_state(&proxy, "b0").await;
+    assert_eq!(state, "active", "a refused drain does not start");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_deadline_with_handoff_moves_the_room_with_its_state() {
+    let backends = fleet(3).await;
+    let proxy = Proxy::start(&config_for(&backends, "[handoff]\non_failure = \"stay\"\n")).await;
+    let (mut ws, old, _) = join(&proxy, "late").await;
+    say(&mut ws, "x").await;
+    let (status, _) = admin_post(&proxy, &format!("/admin/backends/{old}/drain"), r#"{"deadline": "200ms"}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(close_code(&mut ws).await, Some(1012), "moved at the deadline");
+    let (_ws, new, len) = join(&proxy, "late").await;
+    assert_ne!(new, old);
+    assert_eq!(len, 1, "with its state");
+}
