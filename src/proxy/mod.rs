@@ -10,6 +10,7 @@ mod forward;
 pub mod headers;
 mod http;
 mod owner;
+mod reserved;
 mod upgrade;
 mod upload;
 
