@@ -211,6 +211,10 @@ async fn a_reload_moves_the_guard_with_the_path() {
     let proxy = Proxy::start(&text("")).await;
     assert_eq!(ask_plain(proxy.addr, "GET", "/internal/handoff/x").await.0, 200);
     proxy.write_config(&text("[handoff]\npath = \"/internal/handoff\"\n"));
+    // Asked for, not left to the watcher, which may have read the file after this write.
+    let (status, diff) = admin_post(&proxy, "/admin/reload", "").await;
+    assert_eq!(status, StatusCode::OK, "{diff}");
+    assert_eq!(diff["needs_restart"], serde_json::json!([]), "{diff}");
     proxy.wait_epoch(2).await;
     assert_eq!(ask_plain(proxy.addr, "GET", "/internal/handoff/x").await.0, 404);
     assert_eq!(ask_plain(proxy.addr, "GET", "/.roomgate/rooms/x").await.0, 200);
