@@ -67,6 +67,10 @@ pub enum ClientError {
     /// disagrees with the request target): it is never placed.
     #[error("ambiguous room: {0}")]
     Ambiguous(String),
+    /// The path is under the hand-off endpoints' (`[handoff] path`), which only roomgate calls.
+    /// The client is told "not found", as for a path nothing serves.
+    #[error("the path is under the hand-off endpoints, which clients never reach")]
+    Reserved,
 }
 
 /// What went wrong with a request body, on the client's side.
@@ -113,7 +117,7 @@ pub enum BackendError {
 impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ProxyError::Client(ClientError::NoRoute) => StatusCode::NOT_FOUND,
+            ProxyError::Client(ClientError::NoRoute | ClientError::Reserved) => StatusCode::NOT_FOUND,
             ProxyError::Client(
                 ClientError::MissingKey { .. }
                 | ClientError::BadKey(_)
@@ -145,6 +149,7 @@ impl ProxyError {
     /// only what kind it was. Backend ids, addresses and error chains go to the log.
     pub fn public_message(&self) -> String {
         match self {
+            ProxyError::Client(ClientError::Reserved) => "not found".to_owned(),
             ProxyError::Client(e) => e.to_string(),
             ProxyError::Backend(BackendError::NoBackends) => "no backend is available".to_owned(),
             ProxyError::Backend(BackendError::RoomMoving { .. }) => "the room is moving; retry shortly".to_owned(),

@@ -1,16 +1,19 @@
-//! What a request head must be before it is routed: within the limits, one Host, a route its
-//! decoding agrees with, and for a WebSocket handshake a GET without a body.
+//! What a request head must be before it is routed: within the limits, one Host, not under the
+//! hand-off path, a route its decoding agrees with, and for a WebSocket handshake a GET without a
+//! body.
 
 use ::http::header;
 use ::http::{Request, Version};
 use hyper::body::Incoming;
 
-use super::headers;
+use super::{headers, reserved};
 use crate::config::{Config, Route};
 use crate::error::ClientError;
 
 /// Request heads over the configured limits get 431 (hyper itself cuts heads far over it); two
-/// Host headers, or none in an HTTP/1.1 request, 400.
+/// Host headers, or none in an HTTP/1.1 request, 400; a path a backend could read as the hand-off
+/// endpoints' (`[handoff] path`, or its default when hand-off is off), 404. Every request runs
+/// it, on every listener and protocol, WebSocket handshakes and djust sockets included.
 pub(super) fn check_head(req: &Request<Incoming>, config: &Config) -> Result<(), ClientError> {
     let limits = &config.limits;
     let count = req.headers().len();
@@ -26,6 +29,9 @@ pub(super) fn check_head(req: &Request<Incoming>, config: &Config) -> Result<(),
         (_, Some(_)) => return Err(ClientError::BadHead("two Host headers")),
         (None, None) if req.version() == Version::HTTP_11 => return Err(ClientError::BadHead("no Host header")),
         _ => {}
+    }
+    if reserved::is_reserved(req.uri().path(), config.handoff_path()) {
+        return Err(ClientError::Reserved);
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ pub mod headers;
 mod http;
 mod moving;
 mod owner;
+mod reserved;
 mod upgrade;
 mod upload;
 
