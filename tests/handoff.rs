@@ -251,3 +251,53 @@ async fn a_drain_deadline_with_handoff_moves_the_room_with_its_state() {
     assert_ne!(new, old);
     assert_eq!(len, 1, "with its state");
 }
+
+/// Waits (bounded) for `n` more completed directory syncs of `proxy`.
+async fn syncs(proxy: &Proxy, n: u64) {
+    let mut rx = proxy.control.syncs();
+    let start = *rx.borrow_and_update();
+    tokio::time::timeout(LIMIT, rx.wait_for(|s| *s >= start + n)).await.expect("directory sync").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_replicas_a_join_through_the_other_waits_for_the_move_and_gets_the_state() {
+    let redis = common::redis_server::Redis::start().await;
+    let backends = fleet(3).await;
+    let directory = |replica: &str| {
+        format!(
+            "[handoff]\n[directory]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"300ms\"\ntimeout = \"250ms\"\nreplica_id = \"{replica}\"\n",
+            redis.url()
+        )
+    };
+    let a = Proxy::start(&config_for(&backends, &directory("A"))).await;
+    let b = Proxy::start(&config_for(&backends, &directory("B"))).await;
+    syncs(&a, 1).await;
+    syncs(&b, 1).await;
+
+    let (mut member, old, _) = join(&a, "shared").await;
+    for i in 0..5 {
+        say(&mut member, &format!("m{i}")).await;
+    }
+    let old_b = backends.iter().find(|x| x.id == old).unwrap();
+    old_b.set_export_delay(Duration::from_millis(500));
+    let (status, _) = admin_post(&a, &format!("/admin/backends/{old}/drain"), r#"{"handoff": true}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    old_b.wait_calls(1).await; // A is exporting: its lease is in Redis
+    let (_ws, new, len) = join(&b, "shared").await;
+    assert_ne!(new, old, "B's join waited for A's move and reached the new owner");
+    assert_eq!(len, 5, "with the whole log");
+    assert_eq!(close_code(&mut member).await, Some(1012));
+    let mut memberships = Vec::new();
+    for x in &backends {
+        memberships.extend(x.memberships().into_iter().map(|m| (x.id.clone(), m)));
+    }
+    for (id1, m1) in &memberships {
+        for (id2, m2) in &memberships {
+            if id1 != id2 && m1.room == m2.room {
+                let overlap = m1.joined < m2.left.unwrap_or_else(std::time::Instant::now)
+                    && m2.joined < m1.left.unwrap_or_else(std::time::Instant::now);
+                assert!(!overlap, "room {} on {id1} and {id2} at once", m1.room);
+            }
+        }
+    }
+}

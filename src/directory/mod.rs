@@ -168,6 +168,18 @@ pub trait RoomDirectory: Send + Sync + 'static {
         Box::pin(std::future::ready(()))
     }
 
+    /// Marks `key` as being handed off by this replica for at most `lease`: through a shared
+    /// directory, joins on every replica that asks it wait meanwhile. False: another replica is
+    /// handing the room off now. Without a shared directory, always true.
+    fn begin_move<'a>(&'a self, _key: &'a str, _lease: Duration) -> BoxFuture<'a, bool> {
+        Box::pin(std::future::ready(true))
+    }
+
+    /// Ends this replica's hand-off of `key` (see [`RoomDirectory::begin_move`]).
+    fn end_move<'a>(&'a self, _key: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(std::future::ready(()))
+    }
+
     /// This replica stops: its claims and heartbeat are removed from the shared directory.
     fn leave_fleet(&self) -> BoxFuture<'_, ()> {
         Box::pin(std::future::ready(()))

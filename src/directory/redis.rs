@@ -31,6 +31,7 @@
 
 mod conn;
 mod fleet;
+mod moves;
 mod refresh;
 mod scripts;
 mod settings;
@@ -278,6 +279,14 @@ impl RoomDirectory for RedisDirectory {
             // If this fails, the next sync removes the claim, or it expires.
             let _: Option<u64> = self.call(&self.calls.release, async |c| inv.invoke_async(c).await).await;
         })
+    }
+
+    fn begin_move<'a>(&'a self, key: &'a str, lease: Duration) -> BoxFuture<'a, bool> {
+        Box::pin(self.take_move_lease(key, lease))
+    }
+
+    fn end_move<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(self.drop_move_lease(key))
     }
 
     fn enter(&self, key: &str, owner: &Arc<str>, kind: Use) -> bool {

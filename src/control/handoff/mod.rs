@@ -165,6 +165,12 @@ pub async fn move_with_state(
         return Outcome::Skipped;
     }
     let Some(held) = gateway.moving().begin(room) else { return Outcome::Skipped };
+    // The fleet's joins wait while the lease lasts: both steps, and the time to record the move.
+    let lease = 2 * settings.timeout + Duration::from_secs(2);
+    if !gateway.directory().begin_move(room, lease).await {
+        tracing::info!(room, from = %from, "another replica is handing this room off; left to it");
+        return Outcome::Skipped;
+    }
     let started = Instant::now();
     let id = move_id();
     let ids = MoveIds { room, from, to: &to.id, id: &id };
@@ -196,6 +202,7 @@ pub async fn move_with_state(
     // happen); those of a moved room were closed (1012) by the move, and nothing they held on
     // to reaches the old owner.
     drop(paused);
+    gateway.directory().end_move(room).await;
     drop(held);
     gateway.metrics().handoff(outcome.as_str(), started.elapsed());
     tracing::info!(room, from = %from, to = %to.id, move_id = id, outcome = outcome.as_str(), took = ?started.elapsed(), "room handed off");

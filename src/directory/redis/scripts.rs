@@ -67,8 +67,8 @@ end
 /// (0: no claim, a plain request), rebuild window ms, held ttl ms.
 /// A record ttl of 0 writes no record (this replica's directory is full): a recorded owner is
 /// still followed, a new room gets the candidate unrecorded.
-/// A member must wait while Redis is rebuilding and the room has no record, or while a claim on
-/// another backend blocks it. A member that may join gets this replica's claim (a socket's
+/// A member must wait while Redis is rebuilding and the room has no record, while a claim on
+/// another backend blocks it, or while a replica hands the room off (`moving:{room}`). A member that may join gets this replica's claim (a socket's
 /// handshake is on its way), so that no other replica moves the room under it unseen.
 const PLACE_BODY: &str = r"
 local p, room, me, lease = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
@@ -86,6 +86,10 @@ if not cur then
 end
 local o, v = record(cur)
 local wait, live = blocking(p, redis.call('HKEYS', p .. 'replicas'), room, o, now)
+local moving = redis.call('PTTL', p .. 'moving:' .. room)
+if moving > 0 then
+  wait = math.max(wait, moving)
+end
 if lease > 0 and wait == 0 then
   local hk = p .. 'held:' .. me
   local mo, mv, mc, mu, ms = claim(redis.call('HGET', hk, room))
