@@ -301,3 +301,53 @@ async fn with_two_replicas_a_join_through_the_other_waits_for_the_move_and_gets_
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_replicas_the_others_sockets_pause_and_its_joins_wait_for_the_move() {
+    let redis = common::redis_server::Redis::start().await;
+    let backends = fleet(3).await;
+    let directory = |replica: &str| {
+        format!(
+            "[handoff]\n[directory]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"300ms\"\ntimeout = \"250ms\"\nreplica_id = \"{replica}\"\n",
+            redis.url()
+        )
+    };
+    let a = Proxy::start(&config_for(&backends, &directory("A"))).await;
+    let b = Proxy::start(&config_for(&backends, &directory("B"))).await;
+    syncs(&a, 1).await;
+    syncs(&b, 1).await;
+
+    let (mut via_a, old, _) = join(&a, "both").await;
+    let (mut via_b, on_b, _) = join(&b, "both").await;
+    assert_eq!(on_b, old, "one room, one backend");
+    for i in 0..5 {
+        say(if i % 2 == 0 { &mut via_a } else { &mut via_b }, &format!("m{i}")).await;
+    }
+    syncs(&b, 2).await; // B's claim on the room is in Redis: A waits for B to pause
+    let old_b = backends.iter().find(|x| x.id == old).unwrap();
+    old_b.set_export_delay(Duration::from_millis(500));
+    let (status, _) = admin_post(&a, &format!("/admin/backends/{old}/drain"), r#"{"handoff": true}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    old_b.wait_calls(1).await; // exporting: B's socket is paused by now
+    via_b.send(Message::text("too late")).await.unwrap();
+    // B has a member of the room: its join would take the fast path, but B holds it.
+    let (_ws, new, len) = join(&b, "both").await;
+    assert_ne!(new, old, "B's join waited for A's move");
+    assert_eq!(len, 5, "the whole log, and nothing B's paused member sent after the pause");
+    assert_eq!(close_code(&mut via_a).await, Some(1012));
+    assert_eq!(close_code(&mut via_b).await, Some(1012), "B closes its sockets of the moved room");
+    assert_eq!(old_b.log("both").map(|l| l.len()), Some(5), "the paused message never reached the old owner");
+    let mut memberships = Vec::new();
+    for x in &backends {
+        memberships.extend(x.memberships().into_iter().map(|m| (x.id.clone(), m)));
+    }
+    for (id1, m1) in &memberships {
+        for (id2, m2) in &memberships {
+            if id1 != id2 && m1.room == m2.room {
+                let now = std::time::Instant::now();
+                let overlap = m1.joined < m2.left.unwrap_or(now) && m2.joined < m1.left.unwrap_or(now);
+                assert!(!overlap, "room {} on {id1} and {id2} at once", m1.room);
+            }
+        }
+    }
+}

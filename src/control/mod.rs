@@ -115,6 +115,10 @@ impl Control {
         if let Some(handoff) = lock(&self.handoff_loop).take() {
             tasks.push(AbortOnDropHandle::new(tokio::spawn(handoff.run())));
         }
+        if let Some(events) = gateway.directory().fleet_moves() {
+            let pauses = handoff::FleetPauses { gateway: gateway.clone(), events };
+            tasks.push(AbortOnDropHandle::new(tokio::spawn(pauses.run())));
+        }
         Loops { _tasks: tasks }
     }
 

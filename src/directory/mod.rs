@@ -70,6 +70,15 @@ impl Retention {
     }
 }
 
+/// A hand-off run by another replica, as the shared directory tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FleetMove {
+    /// Pause the room's sockets on `from` and hold its joins, for at most `lease`.
+    Begin { room: String, from: String, lease: Duration },
+    /// The move ended; `moved`: the room is on its new owner (close the sockets on `from`).
+    End { room: String, from: String, moved: bool },
+}
+
 /// A boxed future, as trait objects return them.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -168,16 +177,34 @@ pub trait RoomDirectory: Send + Sync + 'static {
         Box::pin(std::future::ready(()))
     }
 
-    /// Marks `key` as being handed off by this replica for at most `lease`: through a shared
-    /// directory, joins on every replica that asks it wait meanwhile. False: another replica is
-    /// handing the room off now. Without a shared directory, always true.
-    fn begin_move<'a>(&'a self, _key: &'a str, _lease: Duration) -> BoxFuture<'a, bool> {
+    /// Marks `key` as being handed off by this replica from `from` for at most `lease`. Through
+    /// a shared directory, joins on every replica that asks it wait meanwhile, and the other
+    /// replicas are told to pause their sockets of the room on `from` (see [`FleetMove`]).
+    /// False: another replica is handing the room off now. Without a shared directory, true.
+    fn begin_move<'a>(&'a self, _key: &'a str, _from: &'a str, _lease: Duration) -> BoxFuture<'a, bool> {
         Box::pin(std::future::ready(true))
     }
 
-    /// Ends this replica's hand-off of `key` (see [`RoomDirectory::begin_move`]).
-    fn end_move<'a>(&'a self, _key: &'a str) -> BoxFuture<'a, ()> {
+    /// Returns once every other replica with sockets of `key` on `from` has paused them (acked
+    /// the move); never without a shared directory. The caller bounds the wait.
+    fn fleet_paused<'a>(&'a self, _key: &'a str, _from: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(std::future::ready(()))
+    }
+
+    /// Ends this replica's hand-off of `key`; `moved`: the room is on its new owner now.
+    fn end_move<'a>(&'a self, _key: &'a str, _from: &'a str, _moved: bool) -> BoxFuture<'a, ()> {
+        Box::pin(std::future::ready(()))
+    }
+
+    /// Tells the replica handing `key` off that this replica's sockets of it are paused.
+    fn ack_move<'a>(&'a self, _key: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(std::future::ready(()))
+    }
+
+    /// Moves run by other replicas, as they begin and end (shared directories only; the first
+    /// call gets the stream, later ones `None`).
+    fn fleet_moves(&self) -> Option<tokio::sync::mpsc::Receiver<FleetMove>> {
+        None
     }
 
     /// This replica stops: its claims and heartbeat are removed from the shared directory.

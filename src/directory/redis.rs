@@ -106,6 +106,8 @@ pub struct RedisDirectory {
     attempts: tokio::sync::watch::Sender<u64>,
     /// Woken when a call finds Redis gone: the sync loop looks again at once.
     wake: tokio::sync::Notify,
+    /// The subscriber of other replicas' moves has been started.
+    moves_started: Mutex<bool>,
 }
 
 impl RedisDirectory {
@@ -137,6 +139,7 @@ impl RedisDirectory {
             rebuilding_until: Mutex::new(None),
             attempts: tokio::sync::watch::Sender::new(0),
             wake: tokio::sync::Notify::new(),
+            moves_started: Mutex::new(false),
         }))
     }
 
@@ -281,12 +284,24 @@ impl RoomDirectory for RedisDirectory {
         })
     }
 
-    fn begin_move<'a>(&'a self, key: &'a str, lease: Duration) -> BoxFuture<'a, bool> {
-        Box::pin(self.take_move_lease(key, lease))
+    fn begin_move<'a>(&'a self, key: &'a str, from: &'a str, lease: Duration) -> BoxFuture<'a, bool> {
+        Box::pin(self.take_move_lease(key, from, lease))
     }
 
-    fn end_move<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ()> {
-        Box::pin(self.drop_move_lease(key))
+    fn fleet_paused<'a>(&'a self, key: &'a str, from: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(self.wait_acks(key, from))
+    }
+
+    fn end_move<'a>(&'a self, key: &'a str, from: &'a str, moved: bool) -> BoxFuture<'a, ()> {
+        Box::pin(self.drop_move_lease(key, from, moved))
+    }
+
+    fn ack_move<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(self.ack(key))
+    }
+
+    fn fleet_moves(&self) -> Option<tokio::sync::mpsc::Receiver<super::FleetMove>> {
+        self.subscribe_moves()
     }
 
     fn enter(&self, key: &str, owner: &Arc<str>, kind: Use) -> bool {

@@ -5,6 +5,7 @@
 //! the joins go on, to the new owner, which has the state by then.
 
 mod client;
+mod fleet;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, mpsc};
 
 pub use client::{HandoffClient, MoveIds, State, StepError};
+pub use fleet::FleetPauses;
 
 use crate::backends::Backend;
 use crate::config::{Handoff, OnHandoffFailure};
@@ -167,7 +169,7 @@ pub async fn move_with_state(
     let Some(held) = gateway.moving().begin(room) else { return Outcome::Skipped };
     // The fleet's joins wait while the lease lasts: both steps, and the time to record the move.
     let lease = 2 * settings.timeout + Duration::from_secs(2);
-    if !gateway.directory().begin_move(room, lease).await {
+    if !gateway.directory().begin_move(room, from, lease).await {
         tracing::info!(room, from = %from, "another replica is handing this room off; left to it");
         return Outcome::Skipped;
     }
@@ -175,7 +177,7 @@ pub async fn move_with_state(
     let id = move_id();
     let ids = MoveIds { room, from, to: &to.id, id: &id };
     let paused = gateway.tunnels().pause_room(room, from);
-    let handed = hand_over(client, &settings, &old, &to, &ids, &paused).await;
+    let handed = hand_over(gateway, client, &settings, (&old, &to), &ids, &paused).await;
     let outcome = match handed {
         Ok(Some(bytes)) => {
             gateway.metrics().handoff_state(bytes);
@@ -202,7 +204,8 @@ pub async fn move_with_state(
     // happen); those of a moved room were closed (1012) by the move, and nothing they held on
     // to reaches the old owner.
     drop(paused);
-    gateway.directory().end_move(room).await;
+    let moved = matches!(outcome, Outcome::Moved | Outcome::Empty | Outcome::Restarted);
+    gateway.directory().end_move(room, from, moved).await;
     drop(held);
     gateway.metrics().handoff(outcome.as_str(), started.elapsed());
     tracing::info!(room, from = %from, to = %to.id, move_id = id, outcome = outcome.as_str(), took = ?started.elapsed(), "room handed off");
@@ -212,15 +215,20 @@ pub async fn move_with_state(
 /// Waits for the room's sockets to stop at a frame boundary and exports its state (within one
 /// `timeout` for both), then imports it (within another). `Some(bytes)`: the state moved.
 async fn hand_over(
+    gateway: &Gateway,
     client: &HandoffClient,
     settings: &Handoff,
-    old: &Backend,
-    to: &Backend,
+    (old, to): (&Backend, &Backend),
     ids: &MoveIds<'_>,
     paused: &crate::relay::Paused,
 ) -> Result<Option<usize>, StepError> {
     let deadline = tokio::time::Instant::now() + settings.timeout;
-    if tokio::time::timeout_at(deadline, paused.stopped()).await.is_err() {
+    // This replica's sockets of the room, and the other replicas' (shared directory).
+    let stopped = async {
+        paused.stopped().await;
+        gateway.directory().fleet_paused(ids.room, ids.from).await;
+    };
+    if tokio::time::timeout_at(deadline, stopped).await.is_err() {
         return Err(StepError::Pause(settings.timeout));
     }
     let left = deadline.saturating_duration_since(tokio::time::Instant::now());

@@ -1,37 +1,73 @@
-//! Hand-off leases in the shared directory: `{prefix}moving:{room}` names the replica handing the
-//! room off, for at most the move's lease. One replica runs a given move (`SET NX`), and the
-//! `PLACE` script makes every replica's joins of the room wait while the lease lasts.
+//! Hand-offs across the fleet, through the shared directory. `{prefix}moving:{room}` is the lease
+//! of the replica handing the room off: one replica runs a given move (`SET NX`), and `PLACE`
+//! makes every replica's joins of the room wait while it lasts. The move's begin and end are
+//! published on `{prefix}moves`: the other replicas pause their sockets of the room on the old
+//! owner and hold its joins, and acknowledge in `{prefix}acks:{room}`; the mover exports once
+//! every replica with a claim on the room there has acknowledged.
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use redis::Script;
+use tokio::sync::mpsc;
 
 use super::RedisDirectory;
+use super::scripts::PRELUDE;
+use crate::directory::FleetMove;
 
-/// Deletes the lease only if it is still this replica's (it may have passed and been taken).
+/// Deletes the lease and the acknowledgements only if the lease is still this replica's (it may
+/// have passed and been taken).
 const END_MOVE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[2])
   return redis.call('DEL', KEYS[1])
 end
 return 0
 ";
 
+/// How many other replicas hold an unexpired claim on the room's old owner and have not
+/// acknowledged the move yet. ARGV: prefix, this replica, room, old owner.
+const UNACKED_BODY: &str = r"
+local p, me, room, from = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local now = now_ms()
+local missing = 0
+for _, rep in ipairs(redis.call('HKEYS', p .. 'replicas')) do
+  if rep ~= me then
+    local o, v, c, u = claim(redis.call('HGET', p .. 'held:' .. rep, room))
+    if o == from and u > now and redis.call('SISMEMBER', p .. 'acks:' .. room, rep) == 0 then
+      missing = missing + 1
+    end
+  end
+end
+return missing
+";
+
+/// Fleet moves waiting for the loop that handles them; past this, a burst is dropped (logged):
+/// the lease still holds the joins that ask Redis.
+const QUEUE: usize = 4096;
+
 impl RedisDirectory {
-    /// Takes the room's hand-off lease. True: taken, or Redis is away (the directory then works
-    /// from this replica's own records, as placement does).
-    pub(super) async fn take_move_lease(&self, key: &str, lease: Duration) -> bool {
+    /// Takes the room's hand-off lease and tells the fleet. True: taken, or Redis is away (the
+    /// directory then works from this replica's own records, as placement does).
+    pub(super) async fn take_move_lease(&self, key: &str, from: &str, lease: Duration) -> bool {
         let name = self.key("moving:", key);
         let ms = lease.as_millis().max(1) as u64;
+        let begin = format!("begin\t{}\t{ms}\t{from}\t{key}", self.settings.replica);
+        let channel = self.key("moves", "");
         let set: Option<Option<String>> = self
             .call(&self.calls.reassign, async |c| {
-                redis::cmd("SET")
+                let taken: Option<String> = redis::cmd("SET")
                     .arg(&name)
                     .arg(&self.settings.replica)
                     .arg("NX")
                     .arg("PX")
                     .arg(ms)
                     .query_async(c)
-                    .await
+                    .await?;
+                if taken.is_some() {
+                    redis::cmd("PUBLISH").arg(&channel).arg(&begin).query_async::<i64>(c).await?;
+                }
+                Ok(taken)
             })
             .await;
         match set {
@@ -40,12 +76,123 @@ impl RedisDirectory {
         }
     }
 
-    pub(super) async fn drop_move_lease(&self, key: &str) {
-        let name = self.key("moving:", key);
+    /// Polls until no other replica with a claim on `from` is left to acknowledge.
+    pub(super) async fn wait_acks(&self, key: &str, from: &str) {
+        let script = Script::new(&format!("{PRELUDE}{UNACKED_BODY}"));
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let mut inv = script.prepare_invoke();
+            inv.arg(&self.settings.prefix).arg(&self.settings.replica).arg(key).arg(from);
+            let missing: Option<i64> = self.call(&self.calls.reassign, async |c| inv.invoke_async(c).await).await;
+            // Redis away: nobody can be asked; the lease and the claims still hold the joins.
+            if missing.is_none_or(|n| n == 0) {
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    pub(super) async fn drop_move_lease(&self, key: &str, from: &str, moved: bool) {
+        let (name, acks) = (self.key("moving:", key), self.key("acks:", key));
+        let end = format!("end\t{}\t{}\t{from}\t{key}", self.settings.replica, u8::from(moved));
+        let channel = self.key("moves", "");
         let script = Script::new(END_MOVE);
         let mut inv = script.key(&name);
-        inv.arg(&self.settings.replica);
-        // If this fails, the lease passes by itself.
-        let _: Option<i64> = self.call(&self.calls.reassign, async |c| inv.invoke_async(c).await).await;
+        inv.key(&acks).arg(&self.settings.replica);
+        // If this fails, the lease passes by itself, and so do the other replicas' pauses.
+        let _: Option<i64> = self
+            .call(&self.calls.reassign, async |c| {
+                let _: i64 = inv.invoke_async(c).await?;
+                redis::cmd("PUBLISH").arg(&channel).arg(&end).query_async(c).await
+            })
+            .await;
+    }
+
+    pub(super) async fn ack(&self, key: &str) {
+        let acks = self.key("acks:", key);
+        let ttl = self.settings.refresh.as_millis().max(1000) as u64 * 10;
+        let _: Option<i64> = self
+            .call(&self.calls.reassign, async |c| {
+                let _: i64 = redis::cmd("SADD").arg(&acks).arg(&self.settings.replica).query_async(c).await?;
+                redis::cmd("PEXPIRE").arg(&acks).arg(ttl).query_async(c).await
+            })
+            .await;
+    }
+
+    /// Starts the subscriber of `{prefix}moves` (once) and returns its stream of other replicas'
+    /// moves.
+    pub(super) fn subscribe_moves(&self) -> Option<mpsc::Receiver<FleetMove>> {
+        let mut started = crate::lock::lock(&self.moves_started);
+        if *started {
+            return None;
+        }
+        *started = true;
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let (client, channel) = (self.client.clone(), self.key("moves", ""));
+        let (me, timeout) = (self.settings.replica.clone(), self.settings.timeout);
+        tokio::spawn(subscriber(client, channel, me, timeout, tx));
+        Some(rx)
+    }
+}
+
+/// Follows `channel` until `tx` closes, reconnecting after a failure.
+async fn subscriber(
+    client: redis::Client,
+    channel: String,
+    me: String,
+    timeout: Duration,
+    tx: mpsc::Sender<FleetMove>,
+) {
+    while !tx.is_closed() {
+        if let Ok(Ok(mut pubsub)) = tokio::time::timeout(timeout * 4, client.get_async_pubsub()).await
+            && pubsub.subscribe(&channel).await.is_ok()
+        {
+            let mut messages = pubsub.on_message();
+            while let Some(msg) = messages.next().await {
+                let Ok(text) = msg.get_payload::<String>() else { continue };
+                let Some(event) = parse(&text, &me) else { continue };
+                if tx.try_send(event).is_err() && !tx.is_closed() {
+                    tracing::warn!("fleet moves arrive faster than they are handled; one is dropped");
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A published move of another replica (`None`: this replica's own, or malformed).
+fn parse(text: &str, me: &str) -> Option<FleetMove> {
+    let mut parts = text.splitn(5, '\t');
+    let (kind, replica, n, from, room) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if replica == me {
+        return None;
+    }
+    let (room, from) = (room.to_owned(), from.to_owned());
+    match kind {
+        "begin" => Some(FleetMove::Begin { room, from, lease: Duration::from_millis(n.parse().ok()?) }),
+        "end" => Some(FleetMove::End { room, from, moved: n == "1" }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moves_are_read_back_and_a_replicas_own_are_left_out() {
+        let begin = parse("begin\tA\t12000\tb1\tro\tom", "B").unwrap();
+        assert_eq!(
+            begin,
+            FleetMove::Begin { room: "ro\tom".into(), from: "b1".into(), lease: Duration::from_secs(12) }
+        );
+        assert_eq!(
+            parse("end\tA\t1\tb1\tr", "B"),
+            Some(FleetMove::End { room: "r".into(), from: "b1".into(), moved: true })
+        );
+        assert_eq!(parse("end\tA\t1\tb1\tr", "A"), None);
+        assert_eq!(parse("begin\tA\tx\tb1\tr", "B"), None);
+        assert_eq!(parse("what", "B"), None);
     }
 }

@@ -11,7 +11,7 @@
 /// Shared by every script: the server's clock, the rebuild window after Redis lost its data, the
 /// one parser and formatter of each stored form (`wire.rs` holds their Rust side), and the claims
 /// on a room.
-const PRELUDE: &str = r"
+pub(super) const PRELUDE: &str = r"
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
