@@ -137,12 +137,17 @@ impl DemoBackend {
              <script>\
              const room = {room_js};\
              const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';\
-             const ws = new WebSocket(proto + '//' + location.host + '/ws/live/?room=' + encodeURIComponent(room));\
-             ws.onmessage = e => {{ const s = JSON.parse(e.data); \
-               document.getElementById('socket').textContent = 'on ' + s.backend; \
-               document.getElementById('count').textContent = s.count; \
-               document.getElementById('members').textContent = s.members; }};\
-             ws.onclose = e => {{ document.getElementById('socket').textContent = 'closed (' + e.code + ')'; }};\
+             let ws;\
+             function connect() {{\
+               ws = new WebSocket(proto + '//' + location.host + '/ws/live/?room=' + encodeURIComponent(room));\
+               ws.onmessage = e => {{ const s = JSON.parse(e.data); \
+                 document.getElementById('socket').textContent = 'on ' + s.backend; \
+                 document.getElementById('count').textContent = s.count; \
+                 document.getElementById('members').textContent = s.members; }};\
+               ws.onclose = e => {{ document.getElementById('socket').textContent = 'closed (' + e.code + '), reconnecting'; \
+                 setTimeout(connect, 500 + Math.random() * 500); }};\
+             }}\
+             connect();\
              document.getElementById('inc').onclick = () => ws.send('inc');\
              </script>",
             id = self.id,

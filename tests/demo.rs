@@ -61,3 +61,21 @@ async fn demo_rooms_are_pinned_and_share_their_counter() {
     assert_eq!(close_code(&mut tab2).await, Some(1001));
     stopping.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_with_handoff_moves_a_demo_room_with_its_counter() {
+    let proxy = demo().await;
+    let mut tab = ws_connect(&proxy.ws_url("/ws/live/?room=chess"), &[]).await;
+    let (old, c0) = state(next(&mut tab).await);
+    for i in 1..=3 {
+        tab.send(Message::text("inc")).await.unwrap();
+        assert_eq!(state(next(&mut tab).await), (old.clone(), c0 + i));
+    }
+    let (status, _) = admin_post(&proxy, &format!("/admin/backends/{old}/drain"), r#"{"handoff": true}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(close_code(&mut tab).await, Some(1012));
+    let mut again = ws_connect(&proxy.ws_url("/ws/live/?room=chess"), &[]).await;
+    let (new, count) = state(next(&mut again).await);
+    assert_ne!(new, old, "the room left the drained backend");
+    assert_eq!(count, c0 + 3, "with its counter");
+}
