@@ -12,12 +12,13 @@ fn handoff(section: &str) -> Handoff {
 }
 
 #[test]
-fn absent_is_off_and_the_default_path_is_still_reserved() {
+fn absent_is_off_and_the_default_path_is_still_reserved_and_the_demo_config_has_it_on() {
     let c = Config::from_toml(MINIMAL, "t").unwrap();
     assert_eq!(c.handoff, None);
     assert_eq!(c.handoff_path(), "/.roomgate/rooms");
     let e = Config::embedded().unwrap();
-    assert_eq!(e.handoff, None, "the embedded default hands nothing off");
+    let defaults = handoff("");
+    assert_eq!(e.handoff, Some(defaults), "the embedded config (the demo's) hands rooms off, with the defaults");
     assert!(!c.describe().contains("hand-off"), "no line when off");
 }
 

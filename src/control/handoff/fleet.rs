@@ -80,7 +80,8 @@ impl Pause {
                 "room handed off by another replica"
             );
         }
-        drop(self.paused);
+        let close_timeout = self.gateway.snapshot().config.timeouts.websocket_close;
+        super::release(self.paused, moved, close_timeout);
         drop(self.held);
     }
 }
