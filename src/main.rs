@@ -148,44 +148,10 @@ impl AdminArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (config_path, workers, demo) = match cli.command {
-        Command::Check { config } => {
-            let loaded = load(config.as_ref()).and_then(|c| Ok((load_tls(&c)?, c)));
-            return match loaded {
-                Ok((tls, c)) => {
-                    print!("{}", c.describe());
-                    if let Some(tls) = tls {
-                        print_certificates(&tls);
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(code) => code,
-            };
-        }
+        Command::Check { config } => return check(config.as_ref()),
         Command::Run { config, workers } => (config, workers, false),
         Command::Demo => (None, None, true),
-        Command::Drain { id, wait, deadline, timeout, handoff, target } => {
-            let timeout = timeout.unwrap_or(deadline.map_or(Duration::from_secs(600), |d| d + Duration::from_secs(60)));
-            let target = match target.target() {
-                Ok(t) => t,
-                Err(code) => return code,
-            };
-            let opts = DrainOptions { backend: id, target, deadline, wait, timeout, handoff };
-            return admin_call(drain_command(&opts));
-        }
-        Command::Rebalance { wait, max_moves, timeout, target } => {
-            let target = match target.target() {
-                Ok(t) => t,
-                Err(code) => return code,
-            };
-            return admin_call(rebalance_command(&target, max_moves, wait, timeout));
-        }
-        Command::Undrain { id, target } => {
-            let target = match target.target() {
-                Ok(t) => t,
-                Err(code) => return code,
-            };
-            return admin_call(undrain_command(&target, &id));
-        }
+        admin => return admin_command(admin),
     };
     let mut config = match load(config_path.as_ref()) {
         Ok(c) => c,
@@ -207,6 +173,41 @@ fn main() -> ExitCode {
             eprintln!("roomgate: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `roomgate check`: validates the config and prints its routing table and certificates.
+fn check(config: Option<&PathBuf>) -> ExitCode {
+    let loaded = load(config).and_then(|c| Ok((load_tls(&c)?, c)));
+    match loaded {
+        Ok((tls, c)) => {
+            print!("{}", c.describe());
+            if let Some(tls) = tls {
+                print_certificates(&tls);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+/// `roomgate drain`, `undrain` and `rebalance`: clients of a running roomgate's admin API.
+fn admin_command(command: Command) -> ExitCode {
+    let with = |args: AdminArgs, call: &dyn Fn(AdminTarget) -> ExitCode| match args.target() {
+        Ok(target) => call(target),
+        Err(code) => code,
+    };
+    match command {
+        Command::Drain { id, wait, deadline, timeout, handoff, target } => with(target, &|target| {
+            let timeout = timeout.unwrap_or(deadline.map_or(Duration::from_secs(600), |d| d + Duration::from_secs(60)));
+            let opts = DrainOptions { backend: id.clone(), target, deadline, wait, timeout, handoff };
+            admin_call(drain_command(&opts))
+        }),
+        Command::Rebalance { wait, max_moves, timeout, target } => {
+            with(target, &|target| admin_call(rebalance_command(&target, max_moves, wait, timeout)))
+        }
+        Command::Undrain { id, target } => with(target, &|target| admin_call(undrain_command(&target, &id))),
+        Command::Check { .. } | Command::Run { .. } | Command::Demo => ExitCode::FAILURE,
     }
 }
 
