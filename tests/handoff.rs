@@ -198,6 +198,9 @@ async fn a_rebalance_after_a_scale_out_moves_the_rooms_the_new_backend_places_wi
     backends.push(RoomBackend::start("b3").await);
     let epoch = *proxy.control.epochs().borrow();
     proxy.write_config(&config_for(&backends, "[handoff]\n"));
+    // Asked for, not left to the file watcher, which may have read the file before it changed.
+    let (status, body) = admin_post(&proxy, "/admin/reload", "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
     proxy.wait_epoch(epoch + 1).await;
     let snap = proxy.control.gateway().snapshot();
     let expected: Vec<String> = members
@@ -348,6 +351,63 @@ async fn with_two_replicas_the_others_sockets_pause_and_its_joins_wait_for_the_m
                 let overlap = m1.joined < m2.left.unwrap_or(now) && m2.joined < m1.left.unwrap_or(now);
                 assert!(!overlap, "room {} on {id1} and {id2} at once", m1.room);
             }
+        }
+    }
+}
+
+/// Runs `roomgate ARGS --admin ADDR` as a deploy script would.
+async fn cli(proxy: &Proxy, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_roomgate"))
+        .args(args)
+        .args(["--admin", &proxy.admin.to_string()])
+        .output()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deploy_scripts_commands_drain_with_handoff_and_rebalance_wait_for_their_moves() {
+    let mut backends = fleet(2).await;
+    let proxy = Proxy::start(&config_for(&backends, "[handoff]\n")).await;
+    let mut members = Vec::new();
+    for i in 0..12 {
+        let (mut ws, owner, _) = join(&proxy, &format!("r{i}")).await;
+        say(&mut ws, "x").await;
+        members.push((format!("r{i}"), ws, owner));
+    }
+    let out = cli(&proxy, &["drain", "b0", "--handoff", "--wait", "--timeout", "30s"]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("b0 drained"), "{}", String::from_utf8_lossy(&out.stdout));
+    for (room, ws, owner) in &mut members {
+        if owner == "b0" {
+            assert_eq!(close_code(ws).await, Some(1012));
+            let (again, now, len) = join(&proxy, room).await;
+            assert_eq!((now.as_str(), len), ("b1", 1), "{room} moved with its log");
+            *ws = again;
+            *owner = now;
+        }
+    }
+    // Back and scaled out: a rebalance gives the rooms back to their placement owners.
+    let (status, _) = admin_post(&proxy, "/admin/backends/b0/undrain", "").await;
+    assert_eq!(status, StatusCode::OK);
+    backends.push(RoomBackend::start("b2").await);
+    let epoch = *proxy.control.epochs().borrow();
+    proxy.write_config(&config_for(&backends, "[handoff]\n"));
+    // Asked for, not left to the file watcher, which may have read the file before it changed.
+    let (status, body) = admin_post(&proxy, "/admin/reload", "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    proxy.wait_epoch(epoch + 1).await;
+    let out = cli(&proxy, &["rebalance", "--wait", "--timeout", "30s"]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("rebalanced"), "{stdout}");
+    let snap = proxy.control.gateway().snapshot();
+    for (room, ws, owner) in &mut members {
+        let placed = snap.place_new(room.as_bytes()).unwrap().id.to_string();
+        if placed != *owner {
+            assert_eq!(close_code(ws).await, Some(1012), "{room} moves to {placed}");
+            let (_ws, now, len) = join(&proxy, room).await;
+            assert_eq!((now, len), (placed, 1), "{room} moved with its log");
         }
     }
 }
