@@ -411,3 +411,35 @@ async fn the_deploy_scripts_commands_drain_with_handoff_and_rebalance_wait_for_t
         }
     }
 }
+
+/// A member whose handshake was on its way to the old owner when the move began: its socket
+/// opens there after the move paused the room's sockets, while the state is being handed over.
+/// Nothing it sends may reach the old owner after the export: the new owner would never see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_that_opens_on_the_old_owner_during_the_move_sends_it_nothing_after_the_export() {
+    let backends = fleet(2).await;
+    let proxy = Proxy::start(&config_for(&backends, "[handoff]\n")).await;
+    let (mut first, old, _) = join(&proxy, "race").await;
+    say(&mut first, "m0").await;
+    let old_b = backends.iter().find(|b| b.id == old).unwrap();
+    let new_b = backends.iter().find(|b| b.id != old).unwrap();
+    new_b.set_import_delay(Duration::from_millis(500));
+    // A member on its way: roomgate has sent its handshake to the old owner, which holds it.
+    old_b.hang();
+    let url = proxy.ws_url("/live/?room=race");
+    let on_its_way = tokio::spawn(async move { ws_connect(&url, &[]).await });
+    old_b.wait_held(1).await;
+    let (status, _) = admin_post(&proxy, &format!("/admin/backends/{old}/drain"), r#"{"handoff": true}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    old_b.wait_held(2).await; // the export waits too
+    old_b.release();
+    new_b.wait_calls(1).await; // the import has arrived: the old owner's state was exported
+    let mut late = tokio::time::timeout(LIMIT, on_its_way).await.unwrap().unwrap();
+    let _ = late.send(Message::text("after-export")).await;
+    assert_eq!(close_code(&mut late).await, Some(1012));
+    assert_eq!(close_code(&mut first).await, Some(1012));
+    let (_ws, new, len) = join(&proxy, "race").await;
+    assert_eq!(new, new_b.id);
+    assert_eq!(old_b.log("race"), Some(vec!["m0".to_owned()]), "nothing reached the old owner after its export");
+    assert_eq!(len, 1, "the new owner has what the old one had");
+}

@@ -23,11 +23,13 @@ pub struct Tunnels {
     emptied: Notify,
 }
 
-/// Open tunnels by id, and the ids of each room's tunnels.
+/// Open tunnels by id, the ids of each room's tunnels, and the pauses in force by room.
 #[derive(Default)]
 struct Open {
     by_id: HashMap<u64, Arc<TunnelHandle>>,
     by_room: HashMap<Box<str>, Vec<u64>>,
+    /// A tunnel of one of these rooms registered while the pause lasts joins it (`pause.rs`).
+    pauses: HashMap<Box<str>, Vec<Arc<pause::Group>>>,
 }
 
 /// What the registry knows of one tunnel, and how to ask it to close.
@@ -133,6 +135,9 @@ impl Tunnels {
         let mut open = self.lock();
         if let Some(room) = &handle.room {
             open.by_room.entry(room.clone()).or_default().push(id);
+            if !open.pauses.is_empty() {
+                pause::join_pauses(&open, room, &handle);
+            }
         }
         open.by_id.insert(id, handle.clone());
         drop(open);

@@ -1,8 +1,11 @@
 //! djust sockets against the test backends: routes with a `djust:` source, and a client that
 //! opens a page's socket as client.js does. The real djust app (`tests/djust/`) for the end-to-end
-//! suite: its processes in `app`, a browser tab speaking its protocol in `tab`.
+//! suite: its processes in `app`, a browser tab speaking its protocol in `tab`, the app's record
+//! of room members in `members`, Chromium tabs through a hand-off in `browser`.
 
 pub mod app;
+pub mod browser;
+pub mod members;
 pub mod tab;
 
 use futures_util::SinkExt;

@@ -1,5 +1,6 @@
 # tests/djust/serve.py: launch one djust backend on 127.0.0.1:<free port>; prints "LISTENING <port>" then serves until SIGTERM.
-# Usage: <venv>/bin/python tests/djust/serve.py   (env: BACKEND_ID, REDIS_SOCKET, LOBBY_PREFIX, DJUST_TRUSTED_PROXY_COUNT)
+# Usage: <venv>/bin/python tests/djust/serve.py   (env: BACKEND_ID, REDIS_SOCKET, LOBBY_PREFIX, DJUST_TRUSTED_PROXY_COUNT,
+#        ROOMGATE_HANDOFF_TOKEN; see tests/djust/README.md)
 import os
 import socket
 import sys

@@ -80,8 +80,7 @@ impl Pause {
                 "room handed off by another replica"
             );
         }
-        let close_timeout = self.gateway.snapshot().config.timeouts.websocket_close;
-        super::release(self.paused, moved, close_timeout);
+        drop(self.paused);
         drop(self.held);
     }
 }

@@ -201,7 +201,9 @@ pub async fn move_with_state(
         },
     };
     let moved = matches!(outcome, Outcome::Moved | Outcome::Empty | Outcome::Restarted);
-    release(paused, moved, snap.config.timeouts.websocket_close);
+    // Resumes the sockets of a room that stays. Those of a moved room were asked to close (1012)
+    // and stay held through their close handshake: nothing they held reaches the old owner.
+    drop(paused);
     gateway.directory().end_move(room, from, moved).await;
     drop(held);
     gateway.metrics().handoff(outcome.as_str(), started.elapsed());
@@ -233,19 +235,6 @@ async fn hand_over(
     let Some(state) = state else { return Ok(None) };
     client.import(settings, to, ids, &state).await?;
     Ok(Some(state.body.len()))
-}
-
-/// Lets the paused sockets of a room go. Those of a room that stays resume at once. Those of a
-/// moved room have been asked to close (1012): they stay paused until their close handshake is
-/// over (`timeouts.websocket_close`), so that nothing their clients sent during the pause reaches
-/// the old owner, whatever order the tunnel sees the close and the resume in.
-pub(crate) fn release(paused: crate::relay::Paused, moved: bool, close_timeout: Duration) {
-    if moved && !paused.is_empty() {
-        tokio::spawn(async move {
-            tokio::time::sleep(close_timeout + Duration::from_millis(100)).await;
-            drop(paused);
-        });
-    }
 }
 
 /// A move without hand-off configured: today's move (the room restarts empty on its new owner).

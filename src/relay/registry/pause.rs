@@ -13,16 +13,22 @@
 //!   no buffer is added), and reach the backend in order once the pause ends;
 //! - a close request works as without a pause: the client gets its close frame, the backend
 //!   roomgate's 1001 at once (the stream is at a boundary), and what the client sent during the
-//!   pause is read and dropped until its close reply;
+//!   pause is read and dropped until its close reply. A tunnel asked to close stays held when
+//!   the pause ends, so this holds even if its relay sees the request only after that;
 //! - the tunnel is not idle ([`super::Tunnels::close_idle`] skips it), and the end of the pause
 //!   counts as activity: a pause of a few seconds never gets a socket closed as idle.
+//!
+//! A pause covers the tunnels of its room on its backend that are open when it begins, and those
+//! registered while it lasts: a socket whose handshake was on its way to the old owner when a
+//! hand-off began opens paused, so nothing its client sends reaches that owner after the export.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-use super::{TunnelHandle, Tunnels};
+use super::{Open, TunnelHandle, Tunnels};
+use crate::lock::lock;
 
 /// Bits of the pause word: the number of pauses covering the tunnel.
 const COUNT: u32 = (1 << 30) - 1;
@@ -38,18 +44,37 @@ static STOPS: Notify = Notify::const_new();
 /// them, so a hand-off that fails, times out or is cancelled never leaves a socket paused.
 #[must_use = "dropping a pause resumes its tunnels at once"]
 pub struct Paused {
-    tunnels: Vec<Arc<TunnelHandle>>,
+    registry: Arc<Tunnels>,
+    room: Box<str>,
+    group: Arc<Group>,
+}
+
+/// The tunnels one pause covers; listed in the registry by room while the pause lasts, so that a
+/// tunnel registered meanwhile joins it.
+pub(super) struct Group {
+    backend: Arc<str>,
+    covered: Mutex<Vec<Arc<TunnelHandle>>>,
+}
+
+/// Called by `register`, under the registry's lock: the new tunnel joins the pauses of its room
+/// on its backend. Its relay has not started, so it stops before it reads anything.
+pub(super) fn join_pauses(open: &Open, room: &str, handle: &Arc<TunnelHandle>) {
+    for group in open.pauses.get(room).into_iter().flatten().filter(|g| g.backend == handle.backend) {
+        handle.pause.fetch_add(1, Ordering::AcqRel);
+        lock(&group.covered).push(handle.clone());
+    }
 }
 
 // === impl Tunnels ===
 
 impl Tunnels {
-    /// Pauses every open tunnel of `room` to `backend` that is not closing: each relays the
-    /// client's frame in flight to its end, then stops reading the client; the backend's stream
-    /// flows on. Wait for them with [`Paused::stopped`]; close them (1012: [`Tunnels::close_room`])
-    /// or let them go on ([`Paused::resume`], or drop).
-    pub fn pause_room(&self, room: &str, backend: &str) -> Paused {
-        let open = self.lock();
+    /// Pauses every open tunnel of `room` to `backend` that is not closing, and every one
+    /// registered until the pause ends: each relays the client's frame in flight to its end, then
+    /// stops reading the client; the backend's stream flows on. Wait for them with
+    /// [`Paused::stopped`]; close them (1012: [`Tunnels::close_room`]) or let them go on
+    /// ([`Paused::resume`], or drop).
+    pub fn pause_room(self: &Arc<Self>, room: &str, backend: &str) -> Paused {
+        let mut open = self.lock();
         let tunnels: Vec<Arc<TunnelHandle>> = match open.by_room.get(room) {
             Some(ids) => ids
                 .iter()
@@ -59,12 +84,16 @@ impl Tunnels {
                 .collect(),
             None => Vec::new(),
         };
-        drop(open);
         for h in &tunnels {
             h.pause.fetch_add(1, Ordering::AcqRel);
+        }
+        let group = Arc::new(Group { backend: backend.into(), covered: Mutex::new(tunnels.clone()) });
+        open.pauses.entry(room.into()).or_default().push(group.clone());
+        drop(open);
+        for h in &tunnels {
             h.waker.wake();
         }
-        Paused { tunnels }
+        Paused { registry: self.clone(), room: room.into(), group }
     }
 }
 
@@ -73,17 +102,17 @@ impl Tunnels {
 impl Paused {
     /// How many tunnels the pause covers.
     pub fn len(&self) -> usize {
-        self.tunnels.len()
+        lock(&self.group.covered).len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tunnels.is_empty()
+        self.len() == 0
     }
 
     /// Every tunnel has stopped at a frame boundary (what it relayed of the client has reached
     /// the backend, and nothing more will until the pause ends), or has ended.
     pub fn is_stopped(&self) -> bool {
-        self.tunnels.iter().all(|h| h.pause.load(Ordering::Acquire) & (STOPPED | ENDED) != 0)
+        lock(&self.group.covered).iter().all(|h| h.pause.load(Ordering::Acquire) & (STOPPED | ENDED) != 0)
     }
 
     /// Resolves once [`Paused::is_stopped`]; at once for a room with no tunnels. A client that
@@ -108,7 +137,23 @@ impl Paused {
 
 impl Drop for Paused {
     fn drop(&mut self) {
-        for h in &self.tunnels {
+        // Out of the registry first: no tunnel joins after this, so the list below is whole.
+        let mut open = self.registry.lock();
+        if let Some(groups) = open.pauses.get_mut(&self.room) {
+            groups.retain(|g| !Arc::ptr_eq(g, &self.group));
+            if groups.is_empty() {
+                open.pauses.remove(&self.room);
+                crate::table::shrink(&mut open.pauses);
+            }
+        }
+        drop(open);
+        for h in lock(&self.group.covered).iter() {
+            // A tunnel asked to close stays held: its relay may not have seen the request yet,
+            // and must not pass on what its client sent meanwhile (a moved room's old owner has
+            // handed its state over). Its close handshake reads and drops that instead.
+            if h.closing() {
+                continue;
+            }
             // Activity first: the maintenance tick must not find it unpaused and idle before its
             // relay has read what its client sent meanwhile.
             h.touch();

@@ -1,5 +1,6 @@
 //! The real djust app (`tests/djust/app`, djust 1.2.6) as test backends: its pinned venv, its
-//! uvicorn processes, and a [`Stack`] of Redis, several of them and roomgate in front.
+//! uvicorn processes, and a [`Stack`] of Redis, several of them and roomgate in front, with room
+//! hand-off on (`[handoff]` and the app sharing [`HANDOFF_TOKEN`]).
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -18,12 +19,15 @@ use super::tab::Tab;
 /// Every wait on the djust app (its processes, its sockets, a browser) is bounded by this.
 pub const WAIT: Duration = Duration::from_secs(20);
 
-fn repo() -> &'static Path {
+/// roomgate's `[handoff] token` in every stack, and the app's `ROOMGATE_HANDOFF_TOKEN`.
+pub const HANDOFF_TOKEN: &str = "djust-e2e-handoff-token-5f1c9a";
+
+pub(super) fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// The venv's python, created on first use (idempotent and safe to run concurrently).
-fn python() -> PathBuf {
+pub(super) fn python() -> PathBuf {
     static ONCE: OnceLock<PathBuf> = OnceLock::new();
     ONCE.get_or_init(|| {
         let venv = repo().join("target/djust-venv");
@@ -78,6 +82,7 @@ impl Backend {
             .env("REDIS_SOCKET", redis.socket())
             .env("LOBBY_PREFIX", prefix)
             .env("DJUST_TRUSTED_PROXY_COUNT", "1")
+            .env("ROOMGATE_HANDOFF_TOKEN", HANDOFF_TOKEN)
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -124,7 +129,7 @@ impl Stack {
         Self::start_with(n, "").await
     }
 
-    /// With `extra` config sections for roomgate.
+    /// With `extra` config sections for roomgate (`[handoff]` is there already).
     pub async fn start_with(n: usize, extra: &str) -> Stack {
         // The lobby's shared store: a private redis-server on a unix socket.
         let redis = Redis::start().await;
@@ -136,7 +141,8 @@ impl Stack {
         }))
         .await;
         let list: Vec<(&str, SocketAddr)> = backends.iter().map(|b| (b.id.as_str(), b.addr)).collect();
-        let proxy = Proxy::start(&config(&list, APP_ROUTES, extra)).await;
+        let extra = format!("[handoff]\ntoken = \"{HANDOFF_TOKEN}\"\n{extra}");
+        let proxy = Proxy::start(&config(&list, APP_ROUTES, &extra)).await;
         Stack { _redis: redis, backends, proxy }
     }
 

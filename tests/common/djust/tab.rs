@@ -16,6 +16,9 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use super::super::{Ws, get, http_client, recv};
 use super::app::WAIT;
 
+/// client.js's shortest wait before it reconnects a closed socket (`minReconnectDelay`).
+const CLIENT_JS_FIRST_RETRY: Duration = Duration::from_millis(500);
+
 /// One browser tab: a cookie jar, a source address and (once open) a socket mounted on a page.
 pub struct Tab {
     proxy: SocketAddr,
@@ -151,6 +154,15 @@ impl Tab {
             tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt.min(10)))).await;
         }
         panic!("{} did not remount", self.page);
+    }
+
+    /// Reconnects after the first delay client.js waits after a close (500 ms, its minimum;
+    /// client.js draws it between 500 ms and 1 s), as a browser tab does by itself. `reconnect`
+    /// tries at once.
+    pub async fn reconnect_like_client_js(&mut self) -> u32 {
+        self.ws = None;
+        tokio::time::sleep(CLIENT_JS_FIRST_RETRY).await;
+        self.reconnect().await
     }
 
     /// Clicks `+1`: sends the event and waits for its reply; returns the count it shows.

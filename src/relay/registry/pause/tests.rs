@@ -279,3 +279,49 @@ fn pauses_cover_the_room_on_its_backend_and_keep_its_tunnels_from_idling() {
     drop(a);
     assert!(paused.is_stopped());
 }
+
+/// The end of a hand-off: the move closes the room's paused tunnels, then ends the pause at once.
+/// A relay that sees the close request only after that still passes on nothing its client sent
+/// while paused (the old owner has handed its state over): the backend gets the close alone.
+#[tokio::test]
+async fn a_tunnel_closed_while_paused_passes_on_nothing_held_when_the_pause_ends_first() {
+    let tunnels = Arc::new(Tunnels::default());
+    let Tunnel { mut client, mut backend, task } = open(&tunnels).await;
+    let paused = tunnels.pause_room("r", "b");
+    tokio::time::timeout(SOON, paused.stopped()).await.expect("an idle tunnel stops at once");
+    let held: Vec<u8> = (0..5).flat_map(small).collect();
+    client.write_all(&held).await.unwrap();
+    stays_quiet(&mut backend, "the frames passed while paused").await;
+    // One runtime thread and no await in between: the relay polls only after both.
+    assert_eq!(tunnels.close_room("r", "b", 1012), 1);
+    drop(paused);
+    let (got, code) = read_until_close(&mut backend).await;
+    assert_eq!((got.len(), code), (BACKEND_CLOSE_LEN, Some(1001)), "the close alone, no held frame: {got:?}");
+    let (_, code) = read_until_close(&mut client).await;
+    assert_eq!(code, Some(1012));
+    client.write_all(&frame(OP_CLOSE, &1012u16.to_be_bytes(), Some(M))).await.unwrap();
+    backend.write_all(&close_frame(1001, "", None)).await.unwrap();
+    let (_, ending) = tokio::time::timeout(SOON, task).await.expect("the handshake ended").unwrap();
+    assert!(matches!(ending, Ending::ClosedByProxy(1012)), "{ending:?}");
+}
+
+/// A tunnel of the room on the paused backend registered while the pause lasts (a handshake that
+/// was on its way) joins it, and the pause's end resumes it; other backends and later tunnels
+/// are not paused.
+#[test]
+fn a_tunnel_registered_while_a_pause_lasts_joins_it() {
+    let t = Arc::new(Tunnels::default());
+    let paused = t.pause_room("r", "a");
+    assert!(paused.is_empty() && paused.is_stopped());
+    let late = t.register(Some("r".into()), "a".into());
+    let elsewhere = t.register(Some("r".into()), "b".into());
+    let other_room = t.register(Some("q".into()), "a".into());
+    assert!(late.handle().is_paused() && !elsewhere.handle().is_paused() && !other_room.handle().is_paused());
+    assert_eq!(paused.len(), 1);
+    assert!(!paused.is_stopped(), "its relay has not reported yet");
+    paused.resume();
+    assert!(!late.handle().is_paused());
+    let after = t.register(Some("r".into()), "a".into());
+    assert!(!after.handle().is_paused(), "the pause is over");
+    assert!(t.lock().pauses.is_empty(), "an ended pause leaves nothing behind");
+}

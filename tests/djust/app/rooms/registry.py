@@ -64,11 +64,21 @@ def import_room(room, data, content_type):
 
 
 # ---- Redis lobby: {prefix}rooms = hash room -> backend id that last mounted it;
-#      {prefix}room:<room> = hash backend id -> live members on that backend.
+#      {prefix}room:<room> = hash backend id -> live members on that backend;
+#      {prefix}log:<room> = list of "join|leave <backend> <redis TIME, microseconds>", in the order Redis ran them
+#      (one clock and one order for every process: the tests replay it to find a room on two backends at once).
 _client = None
+_JOIN = """
+redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+local t = redis.call('TIME')
+redis.call('RPUSH', KEYS[3], 'join ' .. ARGV[2] .. ' ' .. t[1] .. string.format('%06d', tonumber(t[2])))
+"""
 _LEAVE = """
 local n = redis.call('HINCRBY', KEYS[2], ARGV[2], -1)
 if n <= 0 then redis.call('HDEL', KEYS[2], ARGV[2]) end
+local t = redis.call('TIME')
+redis.call('RPUSH', KEYS[3], 'leave ' .. ARGV[2] .. ' ' .. t[1] .. string.format('%06d', tonumber(t[2])))
 local rest = redis.call('HKEYS', KEYS[2])
 if #rest == 0 then
   redis.call('HDEL', KEYS[1], ARGV[1])
@@ -95,19 +105,15 @@ def _redis():
 
 def _keys(room):
     p = settings.LOBBY_PREFIX
-    return p + "rooms", p + "room:" + room
+    return p + "rooms", p + "room:" + room, p + "log:" + room
 
 
 def lobby_join(room):
     r = _redis()
     if r is None:
         return
-    rooms_key, room_key = _keys(room)
     try:
-        with r.pipeline(transaction=True) as pipe:
-            pipe.hincrby(room_key, settings.BACKEND_ID, 1)
-            pipe.hset(rooms_key, room, settings.BACKEND_ID)
-            pipe.execute()
+        r.eval(_JOIN, 3, *_keys(room), room, settings.BACKEND_ID)
     except redis.RedisError as e:
         log.warning("lobby join %s failed: %s", room, e)
 
@@ -117,7 +123,7 @@ def lobby_leave(room):
     if r is None:
         return
     try:
-        r.eval(_LEAVE, 2, *_keys(room), room, settings.BACKEND_ID)
+        r.eval(_LEAVE, 3, *_keys(room), room, settings.BACKEND_ID)
     except redis.RedisError as e:
         log.warning("lobby leave %s failed: %s", room, e)
 
@@ -131,4 +137,16 @@ def lobby_snapshot():
     for room, backend in sorted(r.hgetall(settings.LOBBY_PREFIX + "rooms").items()):
         per = {b: int(n) for b, n in r.hgetall(_keys(room)[1]).items()}
         out[room] = {"backend": backend, "members": sum(per.values()), "backends": per}
+    return out
+
+
+def lobby_log(room):
+    """[[kind, backend, microseconds], ...]: the room's WebSocket joins and leaves, in Redis's order."""
+    r = _redis()
+    if r is None:
+        return []
+    out = []
+    for entry in r.lrange(_keys(room)[2], 0, -1):
+        kind, backend, t = entry.split(" ")
+        out.append([kind, backend, int(t)])
     return out

@@ -93,6 +93,16 @@ def lobby_json(request):
     return error or JsonResponse({"rooms": rooms, "backend": settings.BACKEND_ID})
 
 
+def lobby_log_json(request):
+    """The WebSocket joins and leaves of ?room=, across every backend (registry.lobby_log)."""
+    room = request.GET.get("room", "")
+    try:
+        events = registry.lobby_log(room)
+    except registry.redis.RedisError as e:
+        return JsonResponse({"error": f"lobby store unavailable: {e}"}, status=503)
+    return JsonResponse({"room": room, "events": events})
+
+
 def lobby_html(request):
     rooms, error = _snapshot_or_503()
     if error:
