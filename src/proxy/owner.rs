@@ -134,11 +134,29 @@ impl Gateway {
     /// handshakes on their way there) have all ended, releases this replica's claim on that owner
     /// in the shared directory: members held back by it may then join the new one. Returns how
     /// many sockets were asked to close.
+    ///
+    /// Until those sockets have ended (at most `timeouts.websocket_close` and a second), the
+    /// room's joins here wait: a member that reconnects at once must not reach the new owner
+    /// while the old one still serves the room's other sockets.
     pub fn close_moved(&self, key: &str, from: &str) -> usize {
         let closed = self.tunnels.close_room(key, from, CLOSE_SERVICE_RESTART);
         let directory = self.directory.clone();
+        // A hand-off holds the room's joins itself, and waits for the same.
+        let held = if closed > 0 { self.moving.begin(key) } else { None };
+        let (tunnels, limit) = (self.tunnels.clone(), self.close_bound());
         let (key, from) = (key.to_owned(), from.to_owned());
-        tokio::spawn(async move { directory.release(&key, &from).await });
+        tokio::spawn(async move {
+            if let Some(held) = held {
+                tunnels.wait_room_gone(&key, &from, limit).await;
+                drop(held);
+            }
+            directory.release(&key, &from).await
+        });
         closed
+    }
+
+    /// The longest the sockets asked to close take to end: their close handshake's deadline.
+    pub fn close_bound(&self) -> Duration {
+        self.snapshot.peek().config.timeouts.websocket_close + Duration::from_secs(1)
     }
 }

@@ -93,15 +93,25 @@ where
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        // One atomic load when no pause was asked for. A closing tunnel is not held: its close
-        // handshake reads the client to its reply.
-        let paused = this.handle.hold_client();
-        this.pump.hold_client(paused && this.closing.is_none());
-        let poll = this.poll_tunnel(cx);
-        if paused && poll.is_pending() && this.pump.client_held() {
-            this.handle.report_stopped();
+        // A pause (or its end) that comes while the tunnel is polled wakes a waker that may not
+        // be registered yet (the first poll registers it at its end): so the pause is read again
+        // once the waker is in place, and a change polls once more. Bounded: one change per poll.
+        let mut rounds = 0;
+        loop {
+            // One atomic load when no pause was asked for. A closing tunnel is not held: its
+            // close handshake reads the client to its reply.
+            let paused = this.handle.hold_client();
+            this.pump.hold_client(paused && this.closing.is_none());
+            let poll = this.poll_tunnel(cx);
+            rounds += 1;
+            if poll.is_pending() && rounds < 3 && this.handle.hold_client() != paused {
+                continue;
+            }
+            if paused && poll.is_pending() && this.pump.client_held() {
+                this.handle.report_stopped();
+            }
+            return poll;
         }
-        poll
     }
 }
 

@@ -199,6 +199,27 @@ impl Tunnels {
         handles.len()
     }
 
+    /// Whether a tunnel of `room` to `backend` is open (closing or not).
+    pub fn has_room_on(&self, room: &str, backend: &str) -> bool {
+        let open = self.lock();
+        let Some(ids) = open.by_room.get(room) else { return false };
+        ids.iter().filter_map(|id| open.by_id.get(id)).any(|h| &*h.backend == backend)
+    }
+
+    /// Waits until no tunnel of `room` to `backend` is open, for at most `limit`. True if none is.
+    pub async fn wait_room_gone(&self, room: &str, backend: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let mut pause = Duration::from_millis(1);
+        while self.has_room_on(room, backend) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+        true
+    }
+
     /// Rooms whose tunnels not asked to close reach more than one backend: a split room.
     pub fn split_rooms(&self) -> Vec<Box<str>> {
         let open = self.lock();

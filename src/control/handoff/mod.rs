@@ -204,6 +204,10 @@ pub async fn move_with_state(
     // Resumes the sockets of a room that stays. Those of a moved room were asked to close (1012)
     // and stay held through their close handshake: nothing they held reaches the old owner.
     drop(paused);
+    if moved {
+        // The joins wait until the old owner no longer serves any socket of the room.
+        gateway.tunnels().wait_room_gone(room, from, gateway.close_bound()).await;
+    }
     gateway.directory().end_move(room, from, moved).await;
     drop(held);
     gateway.metrics().handoff(outcome.as_str(), started.elapsed());
