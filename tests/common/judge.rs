@@ -54,6 +54,13 @@ pub fn overlaps_in(records: &[(String, Vec<Membership>)]) -> Vec<String> {
     describe(&members)
 }
 
+/// [`longest_overlap`] over any backends' records, as [`overlaps_in`] takes them.
+pub fn longest_overlap_in(records: &[(String, Vec<Membership>)]) -> Duration {
+    let members: Vec<(&str, Membership)> =
+        records.iter().flat_map(|(id, list)| list.iter().map(move |m| (id.as_str(), m.clone()))).collect();
+    find(&members, Instant::now()).iter().map(|o| o.end - o.start).max().unwrap_or_default()
+}
+
 fn describe(members: &[(&str, Membership)]) -> Vec<String> {
     let now = Instant::now();
     let origin = members.iter().map(|(_, m)| m.joined).min().unwrap_or(now);

@@ -174,18 +174,33 @@ pub async fn handoffs_idle(proxy: &Proxy, since: Instant, limit: Duration) -> Du
     tokio::time::timeout(limit, idle).await.expect("the hand-offs end")
 }
 
-/// Every moment one room was open on two of `backends` at once, by the backends' own records.
-pub fn splits(backends: &[RoomBackend]) -> Vec<String> {
+/// What the judge found over the backends' own records: every moment one room was open on two
+/// of them at once.
+pub struct Splits {
+    pub overlaps: Vec<String>,
+    /// Rooms with at least one overlap.
+    pub rooms: usize,
+    pub longest: Duration,
+}
+
+pub fn splits(backends: &[RoomBackend]) -> Splits {
     let records: Vec<(String, Vec<crate::common::Membership>)> =
         backends.iter().map(|b| (b.id.clone(), b.memberships())).collect();
-    judge::overlaps_in(&records)
+    let overlaps = judge::overlaps_in(&records);
+    // Each entry starts with `room "{name}"`.
+    let rooms = overlaps.iter().filter_map(|o| o.split('"').nth(1)).collect::<std::collections::HashSet<_>>().len();
+    Splits { rooms, longest: judge::longest_overlap_in(&records), overlaps }
+}
+
+impl std::fmt::Display for Splits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} rooms ({} member pairs, longest {:?})", self.rooms, self.overlaps.len(), self.longest)
+    }
 }
 
 /// A counter or gauge from roomgate's metrics text (0 when absent).
 pub async fn metric(proxy: &Proxy, series: &str) -> u64 {
     let (_, _, text) = crate::common::get(&crate::common::http_client(), &proxy.admin_url("/metrics"), &[]).await;
-    text.lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .unwrap_or(0.0) as u64
+    text.lines().find(|l| l.starts_with(series)).and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).unwrap_or(0.0)
+        as u64
 }
