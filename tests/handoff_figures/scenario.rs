@@ -78,7 +78,7 @@ pub async fn populate(proxy: &Proxy, rooms: Vec<String>, members: usize, message
 pub enum Watched {
     /// It got its 1012 and reconnected: where, and how long it was away (its socket is kept
     /// open, so that the judge sees it).
-    Rejoined(Ws, Rejoin),
+    Rejoined(Box<Ws>, Rejoin),
     /// The watch was called off before any 1012 (the room did not move).
     Stayed,
     Failed(String),
@@ -89,7 +89,7 @@ pub fn watch(ws: Ws, url: String, stop: CancellationToken) -> JoinHandle<Watched
     tokio::spawn(async move {
         tokio::select! {
             got = rejoin_after_1012(ws, &url, Duration::from_secs(120)) => match got {
-                Ok((ws, rejoin)) => Watched::Rejoined(ws, rejoin),
+                Ok((ws, rejoin)) => Watched::Rejoined(Box::new(ws), rejoin),
                 Err(e) => Watched::Failed(format!("{url}: {e}")),
             },
             () = stop.cancelled() => Watched::Stayed,
@@ -145,7 +145,7 @@ pub async fn found(room: WatchedRoom, stays: bool) -> Found {
                     out.kept = false;
                     out.failures.push(format!("{}: rejoined {backend} with {len} of {}", out.room, room.len));
                 }
-                out.sockets.push(ws);
+                out.sockets.push(*ws);
                 out.rejoins.push(rejoin);
             }
             Watched::Stayed => out.kept = false,
