@@ -1,6 +1,7 @@
 //! An independent judge of "one room, one backend": it reads only what the backends themselves
 //! recorded (`TestBackend::members`: when each room member's WebSocket was upgraded and when its
-//! echo loop ended), never roomgate's own view.
+//! echo loop ended; or any backend's records as `(id, memberships)` pairs, as `RoomBackend`
+//! keeps them), never roomgate's own view.
 
 use std::time::{Duration, Instant};
 
@@ -42,15 +43,33 @@ fn all_members<'a>(backends: &[&'a TestBackend]) -> Vec<(&'a str, Membership)> {
 /// pair: the room, the two backends with each member's open interval, and the overlap. Times are
 /// relative to the first join any of `backends` saw.
 pub fn overlaps(backends: &[&TestBackend]) -> Vec<String> {
+    describe(&all_members(backends))
+}
+
+/// [`overlaps`] over any backends' records: `(backend id, its memberships)` pairs (for a
+/// `RoomBackend`, its id and `memberships()`).
+pub fn overlaps_in(records: &[(String, Vec<Membership>)]) -> Vec<String> {
+    let members: Vec<(&str, Membership)> =
+        records.iter().flat_map(|(id, list)| list.iter().map(move |m| (id.as_str(), m.clone()))).collect();
+    describe(&members)
+}
+
+/// [`longest_overlap`] over any backends' records, as [`overlaps_in`] takes them.
+pub fn longest_overlap_in(records: &[(String, Vec<Membership>)]) -> Duration {
+    let members: Vec<(&str, Membership)> =
+        records.iter().flat_map(|(id, list)| list.iter().map(move |m| (id.as_str(), m.clone()))).collect();
+    find(&members, Instant::now()).iter().map(|o| o.end - o.start).max().unwrap_or_default()
+}
+
+fn describe(members: &[(&str, Membership)]) -> Vec<String> {
     let now = Instant::now();
-    let members = all_members(backends);
     let origin = members.iter().map(|(_, m)| m.joined).min().unwrap_or(now);
     let at = |t: Instant| t.saturating_duration_since(origin);
     let span = |m: &Membership| match m.left {
         Some(left) => format!("{:?}..{:?}", at(m.joined), at(left)),
         None => format!("{:?}..open", at(m.joined)),
     };
-    find(&members, now)
+    find(members, now)
         .iter()
         .map(|o| {
             format!(
