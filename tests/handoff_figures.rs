@@ -64,13 +64,17 @@ async fn one_room_moves(padding: usize, moves: usize) -> Vec<Duration> {
         let from: std::sync::Arc<str> = hello.backend.as_str().into();
         proxy.control.drain(&from, Some(Duration::from_secs(3600)), false).unwrap();
         let started = Instant::now();
-        let outcome = move_with_state(&gateway, &client, "solo", &from, false).await;
+        // The move ends once the old socket has closed, which needs its client to answer the
+        // 1012: the member runs alongside, as a browser would.
+        let (g, c, f) = (gateway.clone(), client.clone(), from.clone());
+        let moving = tokio::spawn(async move { move_with_state(&g, &c, "solo", &f, false).await });
+        let (next_ws, rejoin) = rejoin_after_1012(ws, &url, LIMIT).await.unwrap();
+        let outcome = moving.await.unwrap();
         took.push(started.elapsed());
         if outcome != Outcome::Moved {
             let failed = metrics_lines(&proxy, "roomgate_handoff_failures_total").await;
             panic!("move {i} of a {padding}-byte state: {outcome:?} after {:?}; {failed}", took[i]);
         }
-        let (next_ws, rejoin) = rejoin_after_1012(ws, &url, LIMIT).await.unwrap();
         assert_ne!(rejoin.hello.backend, *from, "move {i}: the room left {from}");
         assert_eq!(rejoin.hello.len, 5 + i, "move {i}: the log survived");
         proxy.control.undrain(&from).unwrap();
@@ -97,11 +101,21 @@ async fn figures_one_room_handoff_1kb_and_1mb() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run with --release -- --ignored --nocapture"]
 async fn a_pause_right_after_a_join_stops_the_socket() {
+    pauses_right_after_joins(1000).await;
+}
+
+/// The same, smaller, in every test run: it missed 1 to 4 of 1,000 before the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_right_after_a_join_is_never_missed() {
+    pauses_right_after_joins(300).await;
+}
+
+async fn pauses_right_after_joins(n: usize) {
     let backends = fleet(1).await;
     let proxy = Proxy::start(&config_for(&backends, "")).await;
     let tunnels = proxy.control.gateway().tunnels().clone();
     let mut missed = Vec::new();
-    for i in 0..1000 {
+    for i in 0..n {
         let room = format!("p{i}");
         let (ws, _) = join(&room_url(proxy.addr, &room)).await.unwrap();
         let paused = tunnels.pause_room(&room, "b0");
@@ -111,7 +125,7 @@ async fn a_pause_right_after_a_join_stops_the_socket() {
         }
         drop((paused, ws));
     }
-    println!("FIGURE pause right after a join: {} of 1000 not stopped within 500 ms ({missed:?})", missed.len());
+    println!("FIGURE pause right after a join: {} of {n} not stopped within 500 ms ({missed:?})", missed.len());
     assert!(missed.is_empty(), "pauses missed: {missed:?}");
 }
 
@@ -145,15 +159,15 @@ async fn found_all(rooms: Vec<WatchedRoom>) -> Vec<Found> {
     out
 }
 
-/// 4 backends, 1,000 rooms of 3 members and 3 messages on b0, then b0 drained with hand-off.
-async fn drain_1000_rooms(concurrency: usize) {
+/// 4 backends, `n` rooms of 3 members and 3 messages on b0, then b0 drained with hand-off.
+async fn drain_rooms(n: usize, concurrency: usize) {
     let backends = fleet(4).await;
     let proxy = Proxy::start(&config_for(&backends, &format!("[handoff]\nconcurrency = {concurrency}\n"))).await;
-    let rooms = rooms_placed_on(&proxy, "b0", 1000, "d");
+    let rooms = rooms_placed_on(&proxy, "b0", n, "d");
     let set_up = Instant::now();
     let live = populate(&proxy, rooms, 3, 3).await;
     assert!(live.iter().all(|r| r.backend == "b0"), "every room lives on b0");
-    println!("set-up: 1,000 rooms, 3,000 members, 3,000 messages in {:?}", set_up.elapsed());
+    println!("set-up: {n} rooms, {} members and as many messages in {:?}", 3 * n, set_up.elapsed());
     let watched: Vec<WatchedRoom> = live.into_iter().map(|r| watch_room(r, &proxy)).collect();
 
     let started = Instant::now();
@@ -181,7 +195,7 @@ async fn drain_1000_rooms(concurrency: usize) {
         t.failures.len(),
         &t.failures[..t.failures.len().min(5)]
     );
-    assert_eq!(t.kept, 1000, "every room kept its log");
+    assert_eq!(t.kept, n, "every room kept its log");
     assert!(split.overlaps.is_empty(), "splits: {split}; first: {:?}", &split.overlaps[..split.overlaps.len().min(3)]);
     drop(t.sockets);
 }
@@ -189,13 +203,20 @@ async fn drain_1000_rooms(concurrency: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run with --release -- --ignored --nocapture"]
 async fn figures_drain_with_handoff_of_1000_rooms_concurrency_16() {
-    drain_1000_rooms(16).await;
+    drain_rooms(1000, 16).await;
+}
+
+/// The same, smaller, in every test run: before the joins waited for the old sockets to end,
+/// the judge found 1 to 3 rooms of 1,000 on two backends for a few milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_with_handoff_of_100_rooms_keeps_every_log_and_no_room_on_two_backends() {
+    drain_rooms(100, 16).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run with --release -- --ignored --nocapture"]
 async fn figures_drain_with_handoff_of_1000_rooms_concurrency_64() {
-    drain_1000_rooms(64).await;
+    drain_rooms(1000, 64).await;
 }
 
 // === 3. rebalance after a scale-out ===
