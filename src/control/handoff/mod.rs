@@ -178,20 +178,8 @@ pub async fn move_with_state(
     let ids = MoveIds { room, from, to: &to.id, id: &id };
     let paused = gateway.tunnels().pause_room(room, from);
     let handed = hand_over(gateway, client, &settings, (&old, &to), &ids, &paused).await;
-    let outcome = match handed {
-        Ok(Some(bytes)) => {
-            gateway.metrics().handoff_state(bytes);
-            Outcome::Moved
-        }
-        Ok(None) => Outcome::Empty,
-        Err(e) => {
-            let stay = settings.on_failure == OnHandoffFailure::Stay && !forced;
-            let outcome = if stay { Outcome::Stayed } else { Outcome::Restarted };
-            tracing::warn!(room, from = %from, to = %to.id, move_id = id, error = %e, outcome = outcome.as_str(), "room hand-off failed");
-            gateway.metrics().handoff_failed(e.step());
-            outcome
-        }
-    };
+    let stay = settings.on_failure == OnHandoffFailure::Stay && !forced;
+    let outcome = outcome_of(gateway, handed, stay, &ids);
     let outcome = match outcome {
         Outcome::Stayed => outcome,
         _ => match gateway.move_room(room, from, &to).await {
@@ -213,6 +201,24 @@ pub async fn move_with_state(
     gateway.metrics().handoff(outcome.as_str(), started.elapsed());
     tracing::info!(room, from = %from, to = %to.id, move_id = id, outcome = outcome.as_str(), took = ?started.elapsed(), "room handed off");
     outcome
+}
+
+/// What the hand-off steps came to, counted and logged: `stay`, a failure keeps the room.
+fn outcome_of(gateway: &Gateway, handed: Result<Option<usize>, StepError>, stay: bool, ids: &MoveIds<'_>) -> Outcome {
+    match handed {
+        Ok(Some(bytes)) => {
+            gateway.metrics().handoff_state(bytes);
+            Outcome::Moved
+        }
+        Ok(None) => Outcome::Empty,
+        Err(e) => {
+            let outcome = if stay { Outcome::Stayed } else { Outcome::Restarted };
+            let MoveIds { room, from, to, id } = ids;
+            tracing::warn!(room, from, to, move_id = id, error = %e, outcome = outcome.as_str(), "room hand-off failed");
+            gateway.metrics().handoff_failed(e.step());
+            outcome
+        }
+    }
 }
 
 /// Waits for the room's sockets to stop at a frame boundary and exports its state (within one
