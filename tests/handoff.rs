@@ -255,6 +255,29 @@ async fn a_drain_deadline_with_handoff_moves_the_room_with_its_state() {
     assert_eq!(len, 1, "with its state");
 }
 
+/// Replicas A and B of `backends` on `redis`, with hand-off, each synced once.
+async fn two_replicas(backends: &[RoomBackend], redis: &common::redis_server::Redis) -> (Proxy, Proxy) {
+    let directory = |replica: &str| {
+        format!(
+            "[handoff]\n[directory]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"300ms\"\ntimeout = \"250ms\"\nreplica_id = \"{replica}\"\n",
+            redis.url()
+        )
+    };
+    let a = Proxy::start(&config_for(backends, &directory("A"))).await;
+    let b = Proxy::start(&config_for(backends, &directory("B"))).await;
+    syncs(&a, 1).await;
+    syncs(&b, 1).await;
+    (a, b)
+}
+
+/// The judge, over the backends' own membership records.
+fn assert_no_room_on_two_backends(backends: &[RoomBackend]) {
+    let records: Vec<(String, Vec<common::Membership>)> =
+        backends.iter().map(|b| (b.id.clone(), b.memberships())).collect();
+    let found = common::judge::overlaps_in(&records);
+    assert!(found.is_empty(), "rooms on two backends at once: {found:?}");
+}
+
 /// Waits (bounded) for `n` more completed directory syncs of `proxy`.
 async fn syncs(proxy: &Proxy, n: u64) {
     let mut rx = proxy.control.syncs();
@@ -266,16 +289,7 @@ async fn syncs(proxy: &Proxy, n: u64) {
 async fn with_two_replicas_a_join_through_the_other_waits_for_the_move_and_gets_the_state() {
     let redis = common::redis_server::Redis::start().await;
     let backends = fleet(3).await;
-    let directory = |replica: &str| {
-        format!(
-            "[handoff]\n[directory]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"300ms\"\ntimeout = \"250ms\"\nreplica_id = \"{replica}\"\n",
-            redis.url()
-        )
-    };
-    let a = Proxy::start(&config_for(&backends, &directory("A"))).await;
-    let b = Proxy::start(&config_for(&backends, &directory("B"))).await;
-    syncs(&a, 1).await;
-    syncs(&b, 1).await;
+    let (a, b) = two_replicas(&backends, &redis).await;
 
     let (mut member, old, _) = join(&a, "shared").await;
     for i in 0..5 {
@@ -290,35 +304,14 @@ async fn with_two_replicas_a_join_through_the_other_waits_for_the_move_and_gets_
     assert_ne!(new, old, "B's join waited for A's move and reached the new owner");
     assert_eq!(len, 5, "with the whole log");
     assert_eq!(close_code(&mut member).await, Some(1012));
-    let mut memberships = Vec::new();
-    for x in &backends {
-        memberships.extend(x.memberships().into_iter().map(|m| (x.id.clone(), m)));
-    }
-    for (id1, m1) in &memberships {
-        for (id2, m2) in &memberships {
-            if id1 != id2 && m1.room == m2.room {
-                let overlap = m1.joined < m2.left.unwrap_or_else(std::time::Instant::now)
-                    && m2.joined < m1.left.unwrap_or_else(std::time::Instant::now);
-                assert!(!overlap, "room {} on {id1} and {id2} at once", m1.room);
-            }
-        }
-    }
+    assert_no_room_on_two_backends(&backends);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_replicas_the_others_sockets_pause_and_its_joins_wait_for_the_move() {
     let redis = common::redis_server::Redis::start().await;
     let backends = fleet(3).await;
-    let directory = |replica: &str| {
-        format!(
-            "[handoff]\n[directory]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"300ms\"\ntimeout = \"250ms\"\nreplica_id = \"{replica}\"\n",
-            redis.url()
-        )
-    };
-    let a = Proxy::start(&config_for(&backends, &directory("A"))).await;
-    let b = Proxy::start(&config_for(&backends, &directory("B"))).await;
-    syncs(&a, 1).await;
-    syncs(&b, 1).await;
+    let (a, b) = two_replicas(&backends, &redis).await;
 
     let (mut via_a, old, _) = join(&a, "both").await;
     let (mut via_b, on_b, _) = join(&b, "both").await;
@@ -340,19 +333,7 @@ async fn with_two_replicas_the_others_sockets_pause_and_its_joins_wait_for_the_m
     assert_eq!(close_code(&mut via_a).await, Some(1012));
     assert_eq!(close_code(&mut via_b).await, Some(1012), "B closes its sockets of the moved room");
     assert_eq!(old_b.log("both").map(|l| l.len()), Some(5), "the paused message never reached the old owner");
-    let mut memberships = Vec::new();
-    for x in &backends {
-        memberships.extend(x.memberships().into_iter().map(|m| (x.id.clone(), m)));
-    }
-    for (id1, m1) in &memberships {
-        for (id2, m2) in &memberships {
-            if id1 != id2 && m1.room == m2.room {
-                let now = std::time::Instant::now();
-                let overlap = m1.joined < m2.left.unwrap_or(now) && m2.joined < m1.left.unwrap_or(now);
-                assert!(!overlap, "room {} on {id1} and {id2} at once", m1.room);
-            }
-        }
-    }
+    assert_no_room_on_two_backends(&backends);
 }
 
 /// Runs `roomgate ARGS --admin ADDR` as a deploy script would.
