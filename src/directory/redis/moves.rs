@@ -8,16 +8,14 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::Script;
 use tokio::sync::mpsc;
 
 use super::RedisDirectory;
-use super::scripts::PRELUDE;
 use crate::directory::FleetMove;
 
 /// Deletes the lease and the acknowledgements only if the lease is still this replica's (it may
 /// have passed and been taken).
-const END_MOVE: &str = r"
+pub(super) const END_MOVE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
   return redis.call('DEL', KEYS[1])
@@ -27,7 +25,7 @@ return 0
 
 /// How many other replicas hold an unexpired claim on the room's old owner and have not
 /// acknowledged the move yet. ARGV: prefix, this replica, room, old owner.
-const UNACKED_BODY: &str = r"
+pub(super) const UNACKED_BODY: &str = r"
 local p, me, room, from = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local now = now_ms()
 local missing = 0
@@ -78,10 +76,9 @@ impl RedisDirectory {
 
     /// Polls until no other replica with a claim on `from` is left to acknowledge.
     pub(super) async fn wait_acks(&self, key: &str, from: &str) {
-        let script = Script::new(&format!("{PRELUDE}{UNACKED_BODY}"));
         let mut pause = Duration::from_millis(2);
         loop {
-            let mut inv = script.prepare_invoke();
+            let mut inv = self.scripts.unacked.prepare_invoke();
             inv.arg(&self.settings.prefix).arg(&self.settings.replica).arg(key).arg(from);
             let missing: Option<i64> = self.call(&self.calls.reassign, async |c| inv.invoke_async(c).await).await;
             // Redis away: nobody can be asked; the lease and the claims still hold the joins.
@@ -97,8 +94,7 @@ impl RedisDirectory {
         let (name, acks) = (self.key("moving:", key), self.key("acks:", key));
         let end = format!("end\t{}\t{}\t{from}\t{key}", self.settings.replica, u8::from(moved));
         let channel = self.key("moves", "");
-        let script = Script::new(END_MOVE);
-        let mut inv = script.key(&name);
+        let mut inv = self.scripts.end_move.key(&name);
         inv.key(&acks).arg(&self.settings.replica);
         // If this fails, the lease passes by itself, and so do the other replicas' pauses.
         let _: Option<i64> = self

@@ -11,7 +11,7 @@
 /// Shared by every script: the server's clock, the rebuild window after Redis lost its data, the
 /// one parser and formatter of each stored form (`wire.rs` holds their Rust side), and the claims
 /// on a room.
-pub(super) const PRELUDE: &str = r"
+const PRELUDE: &str = r"
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -271,6 +271,9 @@ pub(super) struct Scripts {
     pub(super) refresh: redis::Script,
     pub(super) extend: redis::Script,
     pub(super) release: redis::Script,
+    /// Hand-offs (`moves.rs`): replicas yet to acknowledge a move, and a move's end.
+    pub(super) unacked: redis::Script,
+    pub(super) end_move: redis::Script,
     /// Sent whole with `EVAL` inside the sync's pipeline (a pipeline cannot hold an `EVALSHA`
     /// with its fallback).
     pub(super) rebuild: String,
@@ -285,6 +288,8 @@ impl Scripts {
             refresh: with_prelude(REFRESH_BODY),
             extend: redis::Script::new(EXTEND),
             release: with_prelude(RELEASE_BODY),
+            unacked: with_prelude(super::moves::UNACKED_BODY),
+            end_move: redis::Script::new(super::moves::END_MOVE),
             rebuild: format!("{PRELUDE}{REBUILD_BODY}"),
         }
     }
