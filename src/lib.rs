@@ -37,6 +37,7 @@ pub mod discovery;
 pub mod djust;
 pub mod error;
 mod forwarded;
+pub mod h1;
 pub mod limits;
 mod lock;
 pub mod metrics;

@@ -4,7 +4,6 @@
 
 use ::http::header;
 use ::http::{Request, Version};
-use hyper::body::Incoming;
 
 use super::{headers, reserved};
 use crate::config::{Config, Route};
@@ -14,7 +13,7 @@ use crate::error::ClientError;
 /// Host headers, or none in an HTTP/1.1 request, 400; a path a backend could read as the hand-off
 /// endpoints' (`[handoff] path`, or its default when hand-off is off), 404. Every request runs
 /// it, on every listener and protocol, WebSocket handshakes and djust sockets included.
-pub(super) fn check_head(req: &Request<Incoming>, config: &Config) -> Result<(), ClientError> {
+pub(super) fn check_head<B>(req: &Request<B>, config: &Config) -> Result<(), ClientError> {
     let limits = &config.limits;
     let count = req.headers().len();
     if count > limits.max_headers {
@@ -52,7 +51,7 @@ pub(super) fn route<'c>(config: &'c Config, path: &str) -> Result<(usize, &'c Ro
 
 /// A WebSocket handshake is a GET with no body (RFC 6455 section 4.1). One that announces a body
 /// would hold the backend's connection waiting for bytes that never come.
-pub(super) fn check_handshake(req: &Request<Incoming>) -> Result<(), ClientError> {
+pub(super) fn check_handshake<B>(req: &Request<B>) -> Result<(), ClientError> {
     if req.method() != ::http::Method::GET {
         return Err(ClientError::BadHandshake("a WebSocket handshake must be a GET"));
     }

@@ -251,7 +251,7 @@ impl Session {
         let handshake =
             room.map(|r| Presence::new(self.gateway.directory.clone(), r, routed.backend.id.clone(), Use::Request));
         let opened = self.open(config, &routed.backend).await;
-        self.gateway.observe_backend(snap, &routed.backend, &opened, started);
+        self.gateway.observe_backend(snap, &routed.backend, opened.as_ref().map(|_| ()), started);
         let mut backend_io = match opened {
             Ok(Ok(io)) => io,
             Ok(Err(status)) => {

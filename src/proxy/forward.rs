@@ -56,11 +56,11 @@ impl Gateway {
     }
 
     /// Passive health and latency: a backend that could not be reached counts a failure.
-    pub(super) fn observe_backend<T>(
+    pub(super) fn observe_backend(
         &self,
         snap: &Snapshot,
         backend: &Arc<Backend>,
-        result: &Result<T, BackendError>,
+        result: Result<(), &BackendError>,
         started: Instant,
     ) {
         let h = &snap.config.health;

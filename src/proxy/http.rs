@@ -19,6 +19,8 @@ use crate::error::BackendError;
 /// The upstream HTTP client: a pool of keep-alive connections per backend address.
 pub struct Upstream {
     client: Client<HttpConnector, RequestBody>,
+    /// Idle connections of roomgate's own HTTP/1 path.
+    pub(super) idle: super::h1::pool::Pool,
 }
 
 impl Upstream {
@@ -34,7 +36,8 @@ impl Upstream {
             // The client's Host header is forwarded as is; never replace it with the backend's.
             .set_host(false)
             .build(connector);
-        Upstream { client }
+        let idle = super::h1::pool::Pool::new(config.upstream.max_idle_per_backend, config.upstream.idle_timeout);
+        Upstream { client, idle }
     }
 
     /// Sends `req` (origin-form URI) to `backend`; waits at most `timeout` for the response head

@@ -7,6 +7,7 @@ mod body;
 mod checks;
 mod djust;
 mod forward;
+pub(crate) mod h1;
 pub mod headers;
 mod http;
 mod moving;
@@ -85,6 +86,14 @@ impl Scheme {
     }
 }
 
+/// What the steps before sending decided.
+enum Prepared {
+    /// To this backend, holding a slot on it (and the forwarded address's ticket).
+    Send { target: Target, holds: Holds },
+    /// A djust socket: its room is in its first message.
+    Djust { regex: regex::Regex, on_missing: OnMissing, forwarded: Option<Box<limits::AddrTicket>> },
+}
+
 /// Where a request goes.
 struct Target {
     backend: Arc<Backend>,
@@ -149,21 +158,7 @@ impl Gateway {
     pub async fn handle(self: &Arc<Self>, req: Request<Incoming>, conn: Conn) -> Response<ResponseBody> {
         let client = conn.client;
         let snap = self.snapshot.load();
-        let mut record = snap.config.log.access.then(|| {
-            Box::new(AccessRecord {
-                start: Instant::now(),
-                client,
-                method: req.method().clone(),
-                path: req.uri().path().to_owned(),
-                route: None,
-                room: None,
-                backend: None,
-                status: 0,
-                bytes_in: Arc::new(AtomicU64::new(0)),
-                bytes_out: 0,
-                error: None,
-            })
-        });
+        let mut record = access_record(&snap.config, client, req.method(), req.uri().path());
         let mut route_label = self.none.clone();
         let mut backend_label = self.none.clone();
         let resp = match self.proxy(&snap, req, conn, &mut record, &mut route_label, &mut backend_label).await {
@@ -192,31 +187,18 @@ impl Gateway {
     ) -> Result<Response<ResponseBody>, ProxyError> {
         let client = conn.client;
         let config = &snap.config;
-        check_head(&req, config)?;
-        let websocket = headers::is_websocket_upgrade(req.headers());
-        if websocket {
-            check_handshake(&req)?;
-        }
-        let forwarded = (self.admission.admit_forwarded(client.ip(), req.headers(), config))
-            .map_err(|e| limits::refused(&self.metrics, e, &client))?;
-        let (route_index, route) = route(config, req.uri().path())?;
-        *route_label = snap.route_labels[route_index].clone();
-        let secure = is_secure(&req, conn, config);
-        let Some(target) = self.choose(snap, route, &req, secure).await? else {
-            // A djust socket: its room is in its first message.
-            let regex = route.djust().cloned().ok_or(ClientError::NoRoute)?;
-            let client_upgrade = hyper::upgrade::on(&mut req);
-            let (mut parts, _body) = req.into_parts();
-            prepare_forward(&mut parts, conn, config);
-            let holds = Holds { conn: parts.extensions.remove(), addr: forwarded, backend: None };
-            let resp = djust::accept(self, parts, client_upgrade, regex, route.on_missing, client, holds)?;
-            return Ok(resp.map(ResponseBody::local));
+        let (target, mut holds) = match self.prepare(snap, &req, conn, record, route_label, backend_label).await? {
+            Prepared::Send { target, holds } => (target, holds),
+            Prepared::Djust { regex, on_missing, forwarded } => {
+                let client_upgrade = hyper::upgrade::on(&mut req);
+                let (mut parts, _body) = req.into_parts();
+                prepare_forward(&mut parts, conn, config);
+                let holds = Holds { conn: parts.extensions.remove(), addr: forwarded, backend: None };
+                let resp = djust::accept(self, parts, client_upgrade, regex, on_missing, client, holds)?;
+                return Ok(resp.map(ResponseBody::local));
+            }
         };
-        *backend_label = target.backend.id.clone();
-        let slot = (target.backend.claim(config.upstream.max_connections_per_backend))
-            .map_err(|e| limits::refused(&self.metrics, e, &target.backend.id))?;
-        let mut holds = Holds { conn: None, addr: forwarded, backend: Some(slot) };
-        note_target(record, route_index, &target);
+        let websocket = headers::is_websocket_upgrade(req.headers());
         let client_upgrade = websocket.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         prepare_forward(&mut parts, conn, config);
@@ -229,7 +211,7 @@ impl Gateway {
             }
             None => self.forward(parts, body, &target, holds, record, config).await?,
         };
-        self.observe_backend(snap, &target.backend, &result, started);
+        self.observe_backend(snap, &target.backend, result.as_ref().map(|_| ()), started);
         let mut resp = result?;
         if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
             headers::remove_hop_by_hop(resp.headers_mut());
@@ -240,6 +222,40 @@ impl Gateway {
         Ok(resp)
     }
 
+    /// The steps every request takes before anything is sent, on every protocol: the head's
+    /// checks, the route, the forwarded-address limit, the backend (the room's owner or the
+    /// shared pool) and a connection slot on it.
+    async fn prepare<B>(
+        &self,
+        snap: &Snapshot,
+        req: &Request<B>,
+        conn: Conn,
+        record: &mut Option<Box<AccessRecord>>,
+        route_label: &mut Arc<str>,
+        backend_label: &mut Arc<str>,
+    ) -> Result<Prepared, ProxyError> {
+        let client = conn.client;
+        let config = &snap.config;
+        check_head(req, config)?;
+        if headers::is_websocket_upgrade(req.headers()) {
+            check_handshake(req)?;
+        }
+        let forwarded = (self.admission.admit_forwarded(client.ip(), req.headers(), config))
+            .map_err(|e| limits::refused(&self.metrics, e, &client))?;
+        let (route_index, route) = route(config, req.uri().path())?;
+        *route_label = snap.route_labels[route_index].clone();
+        let secure = is_secure(req, conn, config);
+        let Some(target) = self.choose(snap, route, req, secure).await? else {
+            let regex = route.djust().cloned().ok_or(ClientError::NoRoute)?;
+            return Ok(Prepared::Djust { regex, on_missing: route.on_missing, forwarded });
+        };
+        *backend_label = target.backend.id.clone();
+        let slot = (target.backend.claim(config.upstream.max_connections_per_backend))
+            .map_err(|e| limits::refused(&self.metrics, e, &target.backend.id))?;
+        note_target(record, route_index, &target);
+        Ok(Prepared::Send { target, holds: Holds { conn: None, addr: forwarded, backend: Some(slot) } })
+    }
+
     /// Counts a connection of the target's room, if it has one.
     fn presence(&self, target: &Target, kind: Use) -> Option<Presence> {
         let room = target.room.as_deref()?;
@@ -248,11 +264,11 @@ impl Gateway {
 
     /// Picks the backend: the room's owner on a room route, the shared pool otherwise. `None`: a
     /// WebSocket whose room is in its first message (a `djust:` source), not known yet.
-    async fn choose(
+    async fn choose<B>(
         &self,
         snap: &Snapshot,
         route: &Route,
-        req: &Request<Incoming>,
+        req: &Request<B>,
         secure: bool,
     ) -> Result<Option<Target>, ProxyError> {
         let shared = || -> Result<Option<Target>, ProxyError> {
@@ -343,14 +359,14 @@ fn prepare_forward(parts: &mut Parts, conn: Conn, config: &Config) {
 
 /// Whether the client reached us over TLS: on a TLS listener, or through a trusted proxy that
 /// says so in `X-Forwarded-Proto`.
-fn is_secure(req: &Request<Incoming>, conn: Conn, config: &Config) -> bool {
+fn is_secure<B>(req: &Request<B>, conn: Conn, config: &Config) -> bool {
     conn.scheme == Scheme::Https
         || (req.headers().get(&headers::X_FORWARDED_PROTO).is_some_and(|p| p.as_bytes().eq_ignore_ascii_case(b"https"))
             && crate::forwarded::is_trusted(conn.client.ip(), &config.server.trusted_proxies))
 }
 
 /// `Set-Cookie` for the affinity cookie, unless the request already carries the same value.
-fn affinity_cookie(req: &Request<Incoming>, name: &str, key: &str, secure: bool) -> Option<HeaderValue> {
+fn affinity_cookie<B>(req: &Request<B>, name: &str, key: &str, secure: bool) -> Option<HeaderValue> {
     let value = room_key::encode_cookie_value(key);
     if room_key::cookie_value(req.headers(), name) == Some(value.as_ref()) {
         return None;
@@ -364,12 +380,48 @@ fn affinity_cookie(req: &Request<Incoming>, name: &str, key: &str, secure: bool)
     HeaderValue::try_from(cookie.to_string()).ok()
 }
 
+/// The access-log record of a request, when that log is on.
+fn access_record(
+    config: &Config,
+    client: SocketAddr,
+    method: &::http::Method,
+    path: &str,
+) -> Option<Box<AccessRecord>> {
+    config.log.access.then(|| {
+        Box::new(AccessRecord {
+            start: Instant::now(),
+            client,
+            method: method.clone(),
+            path: path.to_owned(),
+            route: None,
+            room: None,
+            backend: None,
+            status: 0,
+            bytes_in: Arc::new(AtomicU64::new(0)),
+            bytes_out: 0,
+            error: None,
+        })
+    })
+}
+
 /// The response for an error, with its log line: the access line when that log is on, else a
 /// line of its own.
 fn error_response(err: &ProxyError, record: Option<Box<AccessRecord>>, client: SocketAddr) -> Response<ResponseBody> {
     let resp = respond(err);
-    let status = resp.status().as_u16();
-    let record = match record {
+    let record = log_error(err, record, resp.status(), client);
+    resp.map(|bytes| ResponseBody::local(bytes).with_log(record))
+}
+
+/// Logs a request answered with `err`: in its access record (returned, to be written when the
+/// response ends) when that log is on, else in a line of its own now.
+fn log_error(
+    err: &ProxyError,
+    record: Option<Box<AccessRecord>>,
+    status: StatusCode,
+    client: SocketAddr,
+) -> Option<Box<AccessRecord>> {
+    let status = status.as_u16();
+    match record {
         Some(mut r) => {
             r.status = status;
             r.error = Some(err.detail());
@@ -384,6 +436,5 @@ fn error_response(err: &ProxyError, record: Option<Box<AccessRecord>>, client: S
             }
             None
         }
-    };
-    resp.map(|bytes| ResponseBody::local(bytes).with_log(record))
+    }
 }

@@ -8,24 +8,24 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{Request, header};
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::limits::{ConnTicket, hold_body};
+use crate::proxy::h1::{self, Rewind, Served};
 use crate::proxy::{Conn, Gateway, Scheme};
 
 /// The HTTP/2 connection preface a client with prior knowledge opens with (h2c).
@@ -85,7 +85,7 @@ pub(super) async fn serve_plain(
     stop: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
-    let (proto, stream) = tokio::select! {
+    let (proto, first, stream) = tokio::select! {
         sniffed = tokio::time::timeout(protocols.idle, sniff(stream)) => match sniffed {
             Ok(Ok(Some(sniffed))) => sniffed,
             Ok(Ok(None)) => return,
@@ -94,7 +94,7 @@ pub(super) async fn serve_plain(
         },
         () = stop.cancelled() => return,
     };
-    serve(stream, proto, Conn { client, scheme: Scheme::Http }, ticket, gateway, &protocols, stop).await;
+    serve(stream, first, proto, Conn { client, scheme: Scheme::Http }, ticket, gateway, &protocols, stop).await;
 }
 
 /// Serves a connection of a TLS listener: the handshake (bounded by `timeouts.request_head`),
@@ -128,16 +128,16 @@ pub(super) async fn serve_tls(
     let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
     gateway.metrics().tls_handshake(if resumed { "resumed" } else { "full" });
     let proto = if session.alpn_protocol() == Some(b"h2") { Proto::Http2 } else { Proto::Http1 };
-    serve(stream, proto, Conn { client, scheme: Scheme::Https }, ticket, gateway, &protocols, stop).await;
+    serve(stream, Bytes::new(), proto, Conn { client, scheme: Scheme::Https }, ticket, gateway, &protocols, stop).await;
 }
 
-/// Reads the first bytes (at most four): the h2c preface or not. They are handed back to the
-/// protocol in a [`Sniffed`] stream. `None`: the client closed first.
+/// Reads the first bytes (at most four): the h2c preface or not. They are handed back with the
+/// stream, to be read again by the protocol. `None`: the client closed first.
 ///
 /// Reading, not peeking: a peek returns at once with the same bytes while a client sends the
 /// preface a byte at a time, so waiting for more would mean polling on a timer, which clients
 /// that send one byte and stall could turn into busy work.
-async fn sniff(mut stream: TcpStream) -> std::io::Result<Option<(Proto, Sniffed)>> {
+async fn sniff(mut stream: TcpStream) -> std::io::Result<Option<(Proto, Bytes, TcpStream)>> {
     // "PRI " already rules out every HTTP/1.1 request.
     let mut head = [0u8; 4];
     let mut len = 0;
@@ -152,58 +152,15 @@ async fn sniff(mut stream: TcpStream) -> std::io::Result<Option<(Proto, Sniffed)
         }
     }
     let proto = if PREFACE.starts_with(&head[..len]) { Proto::Http2 } else { Proto::Http1 };
-    Ok(Some((proto, Sniffed { head, len, pos: 0, inner: stream })))
+    Ok(Some((proto, Bytes::copy_from_slice(&head[..len]), stream)))
 }
 
-/// A plain connection whose first bytes were read to choose its protocol: they are read again
-/// first, then the socket.
-struct Sniffed {
-    head: [u8; 4],
-    len: usize,
-    pos: usize,
-    inner: TcpStream,
-}
-
-impl AsyncRead for Sniffed {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        if self.pos < self.len {
-            let n = (self.len - self.pos).min(out.remaining());
-            out.put_slice(&self.head[self.pos..self.pos + n]);
-            self.pos += n;
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, out)
-    }
-}
-
-impl AsyncWrite for Sniffed {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, data)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
+/// Serves a connection whose first bytes, already read, are `first`. HTTP/1.1 is roomgate's own
+/// path until a request asks to change protocols; then hyper's server takes the connection over.
+#[allow(clippy::too_many_arguments)]
 async fn serve<I>(
     io: I,
+    first: Bytes,
     proto: Proto,
     conn: Conn,
     ticket: ConnTicket,
@@ -215,6 +172,10 @@ async fn serve<I>(
 {
     let result = match proto {
         Proto::Http1 => {
+            let io = match h1::serve(&gateway, io, &first, conn, protocols.idle, &stop).await {
+                Served::Closed => return,
+                Served::Hyper(io) => io,
+            };
             let service = service_fn(move |mut req: Request<Incoming>| {
                 // A request that may become a WebSocket carries the connection's ticket into
                 // its tunnel, which outlives this connection's task.
@@ -236,7 +197,7 @@ async fn serve<I>(
         }
         Proto::Http2 => {
             let _ticket = ticket;
-            serve_h2(io, conn, gateway, protocols, stop).await
+            serve_h2(Rewind::new(first, io), conn, gateway, protocols, stop).await
         }
     };
     if let Err(e) = result {

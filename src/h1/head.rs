@@ -1,0 +1,212 @@
+//! Request and response heads: parsed by httparse from a connection's buffer, turned into the
+//! `http` types the request path reads (header values share the buffer; nothing is copied), and
+//! framed by [`framing`](super::framing).
+
+use std::mem::MaybeUninit;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode, Uri, Version};
+
+use super::framing::{Framing, FramingError, framing};
+
+/// Most header lines a head may have before it is refused with 431; the configured
+/// `limits.max_headers` (at most this) is checked later, with a message that names it.
+pub const MAX_HEADERS: usize = 256;
+
+/// Why a head was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeadError {
+    /// Over the buffer's limit before it ended (431 for a request).
+    #[error("head too large")]
+    TooLarge,
+    #[error("more than {MAX_HEADERS} header lines")]
+    TooManyHeaders,
+    /// Not HTTP/1.x as RFC 9112 writes it (400 for a request, 502 for a response).
+    #[error("malformed head: {0}")]
+    Malformed(&'static str),
+    #[error(transparent)]
+    Framing(#[from] FramingError),
+}
+
+/// A request head, as the request path reads it.
+#[derive(Debug)]
+pub struct RequestHead {
+    pub method: Method,
+    pub uri: Uri,
+    pub version: Version,
+    pub headers: HeaderMap,
+    pub framing: Framing,
+    /// The client lets the connection stay open after this request (HTTP/1.1 without
+    /// `Connection: close`; HTTP/1.0 connections always close after one request).
+    pub keep_alive: bool,
+    /// `Expect: 100-continue`.
+    pub expect_continue: bool,
+    /// `Upgrade` or a `CONNECT`: the connection may change protocol, served by hyper instead.
+    pub upgrade: bool,
+    /// The head as the client sent it (shared, not copied): what hyper reads again when the
+    /// connection is handed over.
+    pub raw: Bytes,
+}
+
+/// A response head from a backend.
+#[derive(Debug)]
+pub struct ResponseHead {
+    pub status: StatusCode,
+    pub version: Version,
+    pub headers: HeaderMap,
+    pub framing: Framing,
+    /// The backend lets the connection be reused (HTTP/1.1 without `Connection: close`).
+    pub keep_alive: bool,
+}
+
+impl HeadError {
+    /// The reason, in words a client is told.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            HeadError::TooLarge => "head too large",
+            HeadError::TooManyHeaders => "too many headers",
+            HeadError::Malformed(why) => why,
+            HeadError::Framing(f) => f.reason(),
+        }
+    }
+}
+
+/// Parses a request head at the start of `buf`. `Ok(None)`: the head is not complete yet (read
+/// more, unless `buf` is already `limit` long: then it is [`HeadError::TooLarge`]). On success
+/// the head's bytes are taken from `buf`; what follows (a body, a pipelined request) stays.
+pub fn parse_request(buf: &mut BytesMut, limit: usize) -> Result<Option<RequestHead>, HeadError> {
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_request_with_uninit_headers(&mut req, buf, &mut slots);
+    let len = match parsed {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() >= limit => return Err(HeadError::TooLarge),
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
+        Err(e) => return Err(HeadError::Malformed(parse_error(e))),
+    };
+    if len > limit {
+        return Err(HeadError::TooLarge);
+    }
+    let base = buf.as_ptr() as usize;
+    let method = Method::from_bytes(req.method.unwrap_or_default().as_bytes())
+        .map_err(|_| HeadError::Malformed("invalid method"))?;
+    let target = offset(base, req.path.unwrap_or_default().as_bytes());
+    let version = if req.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
+    let mut fields = [((0, 0), (0, 0)); MAX_HEADERS];
+    let count = offsets(base, req.headers, &mut fields);
+    let head = buf.split_to(len).freeze();
+    let uri = Uri::from_maybe_shared(head.slice(target.0..target.1))
+        .map_err(|_| HeadError::Malformed("invalid request target"))?;
+    let headers = header_map(&head, &fields[..count])?;
+    let framing = framing(
+        headers.get_all(header::CONTENT_LENGTH).iter().map(HeaderValue::as_bytes),
+        headers.get_all(header::TRANSFER_ENCODING).iter().map(HeaderValue::as_bytes),
+        version == Version::HTTP_10,
+        true,
+    )?;
+    let close = has_token(&headers, "close");
+    let upgrade = headers.contains_key(header::UPGRADE) || has_token(&headers, "upgrade") || method == Method::CONNECT;
+    let expect_continue =
+        headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    Ok(Some(RequestHead {
+        method,
+        uri,
+        version,
+        headers,
+        framing,
+        keep_alive: version == Version::HTTP_11 && !close,
+        expect_continue,
+        upgrade,
+        raw: head,
+    }))
+}
+
+/// Parses a response head at the start of `buf`, as [`parse_request`] does a request's.
+/// `head_request`: the request was a HEAD, so no body follows whatever the head says.
+pub fn parse_response(buf: &mut BytesMut, limit: usize, head_request: bool) -> Result<Option<ResponseHead>, HeadError> {
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut resp, buf, &mut slots);
+    let len = match parsed {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() >= limit => return Err(HeadError::TooLarge),
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
+        Err(e) => return Err(HeadError::Malformed(parse_error(e))),
+    };
+    let status =
+        StatusCode::from_u16(resp.code.unwrap_or_default()).map_err(|_| HeadError::Malformed("invalid status"))?;
+    let version = if resp.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
+    let base = buf.as_ptr() as usize;
+    let mut fields = [((0, 0), (0, 0)); MAX_HEADERS];
+    let count = offsets(base, resp.headers, &mut fields);
+    let head = buf.split_to(len).freeze();
+    let headers = header_map(&head, &fields[..count])?;
+    let framing = framing(
+        headers.get_all(header::CONTENT_LENGTH).iter().map(HeaderValue::as_bytes),
+        headers.get_all(header::TRANSFER_ENCODING).iter().map(HeaderValue::as_bytes),
+        version == Version::HTTP_10,
+        false,
+    )?;
+    // RFC 9112 section 6.3: these never have a body, whatever their head says.
+    let bodiless = head_request
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    let framing = if bodiless { Framing::Length(0) } else { framing };
+    let keep_alive = version == Version::HTTP_11 && !has_token(&headers, "close");
+    Ok(Some(ResponseHead { status, version, headers, framing, keep_alive }))
+}
+
+/// Where a part of a head lies in it: its first byte and the one after its last.
+type Span = (usize, usize);
+
+/// Where `part` (a slice of the buffer starting at address `base`) lies in it.
+fn offset(base: usize, part: &[u8]) -> Span {
+    let start = (part.as_ptr() as usize).saturating_sub(base);
+    (start, start + part.len())
+}
+
+/// The offsets of each header's name and value, in `out`; how many there are.
+fn offsets(base: usize, headers: &[httparse::Header<'_>], out: &mut [(Span, Span)]) -> usize {
+    for (slot, h) in out.iter_mut().zip(headers) {
+        *slot = (offset(base, h.name.as_bytes()), offset(base, h.value));
+    }
+    headers.len().min(out.len())
+}
+
+/// The headers of `head`, their values sharing its bytes.
+fn header_map(head: &Bytes, fields: &[(Span, Span)]) -> Result<HeaderMap, HeadError> {
+    let mut headers = HeaderMap::with_capacity(fields.len());
+    for (name, value) in fields {
+        let name =
+            HeaderName::from_bytes(&head[name.0..name.1]).map_err(|_| HeadError::Malformed("invalid header name"))?;
+        let value = HeaderValue::from_maybe_shared(head.slice(value.0..value.1))
+            .map_err(|_| HeadError::Malformed("invalid header value"))?;
+        headers.append(name, value);
+    }
+    Ok(headers)
+}
+
+/// Whether a `Connection` header lists `token`.
+fn has_token(headers: &HeaderMap, token: &str) -> bool {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+fn parse_error(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::HeaderName => "invalid header name",
+        httparse::Error::HeaderValue => "invalid header value",
+        httparse::Error::NewLine => "invalid line ending",
+        httparse::Error::Status => "invalid status",
+        httparse::Error::Token => "invalid token",
+        httparse::Error::Version => "invalid version",
+        httparse::Error::TooManyHeaders => "too many headers",
+    }
+}

@@ -1,0 +1,124 @@
+//! roomgate's own HTTP/1.1 path for client connections (plain and TLS): heads read with the
+//! codec in [`crate::h1`], plain requests forwarded in their own task on pooled backend
+//! connections, requests served in order (pipelined ones included), keep-alive and graceful
+//! shutdown. A request that may change the connection's protocol (`Upgrade`, `CONNECT`) hands
+//! the connection, with every byte read so far, to hyper's server, which serves the WebSocket
+//! path as before.
+
+mod body;
+mod exchange;
+pub mod pool;
+pub mod rewind;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+use self::body::Side;
+use self::exchange::Next;
+pub use self::rewind::Rewind;
+use super::{Conn, Gateway};
+use crate::error::{ClientError, ProxyError};
+use crate::h1::{HeadError, RequestHead, parse_request};
+
+/// How a connection left roomgate's HTTP/1 path.
+pub enum Served<I> {
+    /// It is over.
+    Closed,
+    /// Hand it to hyper: the bytes read from it so far come first.
+    Hyper(Rewind<I>),
+}
+
+/// Serves HTTP/1.1 on `io` (whose first bytes, read already, are `first`) until the client
+/// leaves, a request closes the connection, no request head comes within `idle`, or `stop`
+/// (between requests).
+pub async fn serve<I>(
+    gateway: &Arc<Gateway>,
+    io: I,
+    first: &[u8],
+    conn: Conn,
+    idle: Duration,
+    stop: &CancellationToken,
+) -> Served<I>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut client = Side::new(io, first);
+    loop {
+        let limit = head_limit(gateway);
+        let head = match read_head(&mut client, limit, idle, stop).await {
+            Ok(Some(head)) => head,
+            Ok(None) => break,
+            Err(e) => {
+                refuse(gateway, &mut client, e, conn).await;
+                break;
+            }
+        };
+        if head.upgrade {
+            let mut rest = BytesMut::with_capacity(head.raw.len() + client.buf.len());
+            rest.extend_from_slice(&head.raw);
+            rest.extend_from_slice(&client.buf);
+            return Served::Hyper(Rewind::new(rest.freeze(), client.io));
+        }
+        if gateway.serve_h1(head, &mut client, conn, stop).await == Next::Close || stop.is_cancelled() {
+            break;
+        }
+    }
+    let _ = client.io.shutdown().await;
+    Served::Closed
+}
+
+/// Most bytes a head may take before it is refused with 431: twice the configured limit (which
+/// is checked with a message of its own once the head is read), as hyper's backstop was.
+fn head_limit(gateway: &Gateway) -> usize {
+    let limits = &gateway.snapshot.peek().config.limits;
+    limits.max_request_head.saturating_mul(2).max(16 * 1024) + 16 * 1024
+}
+
+/// The next request head. `None`: the client closed, went quiet for `idle`, or `stop` came
+/// between requests.
+async fn read_head<I: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut Side<I>,
+    limit: usize,
+    idle: Duration,
+    stop: &CancellationToken,
+) -> Result<Option<RequestHead>, HeadError> {
+    let deadline = tokio::time::sleep(idle);
+    tokio::pin!(deadline);
+    loop {
+        if !client.buf.is_empty()
+            && let Some(head) = parse_request(&mut client.buf, limit)?
+        {
+            return Ok(Some(head));
+        }
+        tokio::select! {
+            read = client.read_more() => match read {
+                Ok(0) | Err(_) => return Ok(None),
+                Ok(_) => {}
+            },
+            () = &mut deadline => {
+                tracing::debug!("no request head in time; connection closed");
+                return Ok(None);
+            }
+            () = stop.cancelled(), if client.buf.is_empty() => return Ok(None),
+        }
+    }
+}
+
+/// Answers a head that could not be read (400 or 431) and logs it; the connection closes.
+async fn refuse<I: AsyncRead + AsyncWrite + Unpin>(gateway: &Gateway, client: &mut Side<I>, e: HeadError, conn: Conn) {
+    let limits = &gateway.snapshot.peek().config.limits;
+    let err: ProxyError = match e {
+        HeadError::TooLarge => {
+            ClientError::HeadTooLarge { size: client.buf.len(), limit: limits.max_request_head }.into()
+        }
+        HeadError::TooManyHeaders => {
+            ClientError::TooManyHeaders { count: crate::h1::head::MAX_HEADERS + 1, limit: limits.max_headers }.into()
+        }
+        HeadError::Malformed(_) | HeadError::Framing(_) => ClientError::BadHead(e.reason()).into(),
+    };
+    exchange::write_error(client, &err, None, conn, false).await;
+}

@@ -1,0 +1,65 @@
+//! Idle keep-alive connections to backends, per backend address: taken by a request (checked
+//! then: not expired, not closed, nothing unasked-for waiting on it), given back when its
+//! response ended cleanly. No background task: an idle connection past its time is dropped
+//! when next met.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+
+use super::body::Side;
+use crate::lock::lock;
+
+/// A connection to a backend, with the bytes read from it and not used yet.
+pub struct UpConn {
+    pub side: Side<TcpStream>,
+    /// Taken from the pool (it has served a request before): a failure before its first
+    /// response byte may be the backend closing it while idle.
+    pub reused: bool,
+}
+
+pub struct Pool {
+    idle: Mutex<HashMap<SocketAddr, Vec<(UpConn, Instant)>>>,
+    max_per_backend: usize,
+    idle_timeout: Duration,
+}
+
+impl Pool {
+    pub fn new(max_per_backend: usize, idle_timeout: Duration) -> Pool {
+        Pool { idle: Mutex::new(HashMap::new()), max_per_backend, idle_timeout }
+    }
+
+    /// The most recently used idle connection to `addr` that is still good.
+    pub fn take(&self, addr: SocketAddr) -> Option<UpConn> {
+        loop {
+            let (mut conn, since) = lock(&self.idle).get_mut(&addr)?.pop()?;
+            if since.elapsed() >= self.idle_timeout {
+                continue;
+            }
+            // Nothing may be waiting: not an end of stream, not bytes nobody asked for.
+            match conn.side.io.try_read(&mut [0u8; 1]) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    conn.reused = true;
+                    return Some(conn);
+                }
+                _ => continue,
+            }
+        }
+    }
+
+    /// Gives back a connection whose last response ended cleanly, unless the pool for its
+    /// backend is full.
+    pub fn put(&self, addr: SocketAddr, conn: UpConn) {
+        if self.max_per_backend == 0 || !conn.side.buf.is_empty() {
+            return;
+        }
+        let mut idle = lock(&self.idle);
+        let list = idle.entry(addr).or_default();
+        if list.len() < self.max_per_backend {
+            list.push((conn, Instant::now()));
+        }
+    }
+}
