@@ -341,7 +341,7 @@ async fn cve_2025_4366_a_body_answered_early_is_never_read_as_a_request() {
     }
 }
 
-/// A WebSocket handshake by hand, with `extra` header lines.
+/// A WebSocket handshake for `path`, by hand.
 fn handshake(path: &str) -> String {
     format!(
         "GET {path} HTTP/1.1\r\nHost: rooms.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
