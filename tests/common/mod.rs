@@ -8,6 +8,7 @@ pub mod djust;
 pub mod judge;
 pub mod pinned;
 pub mod raw;
+pub mod rawhttp;
 pub mod redis_server;
 pub mod rooms;
 pub mod tls;
