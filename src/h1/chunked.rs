@@ -1,6 +1,7 @@
 //! The chunked transfer coding (RFC 9112 section 7.1), decoded strictly and incrementally: the
 //! bytes arrive in any pieces, and the decoder says how many it consumed and which of them are
-//! data. Extensions are checked and dropped; trailers are checked and dropped.
+//! data. Extensions are checked and dropped; trailers are checked (field lines: a token name, a
+//! colon, a value) and dropped.
 
 use std::ops::Range;
 
@@ -43,6 +44,9 @@ enum State {
     DataLf,
     /// At the start of a trailer line (or of the final empty line).
     TrailerStart,
+    /// In a trailer field's name (a token, up to its colon).
+    TrailerName,
+    /// In a trailer field's value.
     Trailer,
     TrailerLf,
     EndLf,
@@ -132,11 +136,13 @@ impl ChunkedDecoder {
             (DataLf, b'\n') => SizeStart,
             (DataCr | DataLf, _) => return Err(ChunkError::BadDataEnd),
             (TrailerStart, b'\r') => EndLf,
-            (TrailerStart | Trailer, b) if is_field_byte(b) => self.extra(Trailer)?,
+            (TrailerStart | TrailerName, b) if is_tchar(b) => self.extra(TrailerName)?,
+            (TrailerName, b':') => self.extra(Trailer)?,
+            (Trailer, b) if is_field_byte(b) => self.extra(Trailer)?,
             (Trailer, b'\r') => TrailerLf,
             (TrailerLf, b'\n') => TrailerStart,
             (EndLf, b'\n') => Done,
-            (TrailerStart | Trailer | TrailerLf | EndLf, _) => return Err(ChunkError::BadTrailer),
+            (TrailerStart | TrailerName | Trailer | TrailerLf | EndLf, _) => return Err(ChunkError::BadTrailer),
             (Data | Done, _) => self.state,
         };
         Ok(())

@@ -42,7 +42,9 @@ pub struct RequestHead {
     pub keep_alive: bool,
     /// `Expect: 100-continue`.
     pub expect_continue: bool,
-    /// `Upgrade` or a `CONNECT`: the connection may change protocol, served by hyper instead.
+    /// A WebSocket handshake (`Connection: upgrade`, `Upgrade: websocket`) or a `CONNECT`: the
+    /// connection may change protocol, and is served by hyper instead. Any other `Upgrade` is a
+    /// hop-by-hop header like the others: removed, and the request served as a plain one.
     pub upgrade: bool,
     /// The head as the client sent it (shared, not copied): what hyper reads again when the
     /// connection is handed over.
@@ -106,8 +108,9 @@ pub fn parse_request(buf: &mut BytesMut, limit: usize) -> Result<Option<RequestH
         version == Version::HTTP_10,
         true,
     )?;
-    let close = has_token(&headers, "close");
-    let upgrade = headers.contains_key(header::UPGRADE) || has_token(&headers, "upgrade") || method == Method::CONNECT;
+    let close = has_token(&headers, header::CONNECTION, "close");
+    let upgrade = (has_token(&headers, header::CONNECTION, "upgrade") && has_token(&headers, header::UPGRADE, "websocket"))
+        || method == Method::CONNECT;
     let expect_continue =
         headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     Ok(Some(RequestHead {
@@ -156,7 +159,7 @@ pub fn parse_response(buf: &mut BytesMut, limit: usize, head_request: bool) -> R
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
     let framing = if bodiless { Framing::Length(0) } else { framing };
-    let keep_alive = version == Version::HTTP_11 && !has_token(&headers, "close");
+    let keep_alive = version == Version::HTTP_11 && !has_token(&headers, header::CONNECTION, "close");
     Ok(Some(ResponseHead { status, version, headers, framing, keep_alive }))
 }
 
@@ -190,10 +193,10 @@ fn header_map(head: &Bytes, fields: &[(Span, Span)]) -> Result<HeaderMap, HeadEr
     Ok(headers)
 }
 
-/// Whether a `Connection` header lists `token`.
-fn has_token(headers: &HeaderMap, token: &str) -> bool {
+/// Whether a `name` header (a list) has `token`.
+fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
     headers
-        .get_all(header::CONNECTION)
+        .get_all(name)
         .iter()
         .flat_map(|v| v.as_bytes().split(|&b| b == b','))
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))

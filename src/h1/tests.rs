@@ -106,7 +106,9 @@ fn decode_in_pieces(input: &[u8], step: usize) -> Result<(Vec<u8>, usize), Chunk
 
 #[test]
 fn chunked_refuses_bad_lines() {
-    let bad: [(&[u8], ChunkError); 9] = [
+    let bad: [(&[u8], ChunkError); 11] = [
+        (b"0\r\nXGET / HTTP/1.1\r\n\r\n", ChunkError::BadTrailer),
+        (b"0\r\n: v\r\n\r\n", ChunkError::BadTrailer),
         (b"g\r\n", ChunkError::BadSize),
         (b"\r\n", ChunkError::BadSize),
         (b"0x5\r\n", ChunkError::BadSize),

@@ -42,20 +42,7 @@ struct Allowance {
 }
 
 /// Property 1's allow-list.
-const ALLOWED: &[Allowance] = &[Allowance {
-    name: "GET/HEAD chunked body never read",
-    reason: "main: hyper's client (roomgate's upstream) sends a GET or HEAD whose body has no known \
-             length without a body (hyper's role.rs: \"GET, HEAD, and CONNECT almost never have \
-             bodies\"), so roomgate never reads the client's chunked body and answers 2xx where \
-             the reference fails on its bad chunk syntax",
-    applies: get_or_head_with_te,
-}];
-
-/// A GET or HEAD (going by the request line) with a Transfer-Encoding field.
-fn get_or_head_with_te(raw: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(raw).to_ascii_lowercase();
-    (text.starts_with("get ") || text.starts_with("head ")) && text.contains("\ntransfer-encoding")
-}
+const ALLOWED: &[Allowance] = &[];
 
 /// Differences between what the client sent and what the backend got that are tolerated, each
 /// with its reason. Every other difference fails the test. Entries marked "main:" are roomgate
@@ -79,19 +66,8 @@ pub const KNOWN: &[(&str, &str)] = &[
     ),
     (
         "trailers",
-        "main: request trailers are dropped; hyper's client sends only trailers a Trailer header \
-         announces, and roomgate removes Trailer as hop-by-hop",
-    ),
-    (
-        "transfer-coding dropped",
-        "main: with `Transfer-Encoding: gzip, chunked` the backend gets the de-chunked bytes, \
-         still gzip-coded, with no header saying so (roomgate drops Transfer-Encoding as \
-         hop-by-hop and re-frames the body as plain chunked)",
-    ),
-    (
-        "GET/HEAD chunked body dropped",
-        "main: hyper's client (roomgate's upstream) sends a GET or HEAD whose body has no known \
-         length without a body (see ALLOWED): the backend gets the request with an empty body",
+        "request trailers are dropped: roomgate's HTTP/1 path checks them and sends the body \
+         re-chunked without them (RFC 9110 section 6.5.1: a recipient may discard trailers)",
     ),
     (
         "field named Close forwarded",
