@@ -17,6 +17,7 @@ work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
+[[ -n ${KEEP_CG:-} ]] && trap 'cp "$work"/cg.out.* "$KEEP_CG" 2>/dev/null; cleanup' EXIT
 
 bench/compare/target/release/roomgate-compare --serve-backends > "$work/backends" &
 pids+=($!)

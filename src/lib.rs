@@ -4,7 +4,8 @@
 //! Layout, in the order a request meets it:
 //! - [`server`]: accepts connections on the listeners it is given and serves HTTP/1.1 and HTTP/2
 //!   on them, through TLS on the TLS listeners ([`tls`]: certificates by SNI, reloaded in place).
-//! - [`proxy`]: the request path (route, room key, placement, forward or upgrade).
+//! - [`proxy`]: the request path (route, room key, placement, forward or upgrade); HTTP/1.1 on
+//!   roomgate's own codec ([`h1`]: strict framing, pure), HTTP/2 and WebSocket handshakes on hyper.
 //! - [`room_key`]: where a request carries its room, and what a valid key is (pure).
 //! - [`djust`]: djust's protocol as roomgate speaks it, for sockets routed by their mount frame (pure).
 //! - [`placement`]: rendezvous or ring placement over stable backend ids (pure).

@@ -56,10 +56,45 @@ pub struct RequestHead {
 pub struct ResponseHead {
     pub status: StatusCode,
     pub version: Version,
-    pub headers: HeaderMap,
     pub framing: Framing,
     /// The backend lets the connection be reused (HTTP/1.1 without `Connection: close`).
     pub keep_alive: bool,
+    /// The head's bytes and where its fields lie: relayed as they came, less the hop-by-hop
+    /// ones, with no header map built.
+    raw: Bytes,
+    fields: Fields,
+}
+
+/// Fields that describe one hop only (RFC 9110 section 7.6.1), and common non-standard ones.
+const HOP_BY_HOP: [&[u8]; 9] = [
+    b"connection",
+    b"keep-alive",
+    b"proxy-connection",
+    b"proxy-authenticate",
+    b"proxy-authorization",
+    b"te",
+    b"trailer",
+    b"transfer-encoding",
+    b"upgrade",
+];
+
+impl ResponseHead {
+    /// Every field (name and value, in order) as the backend sent it.
+    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.fields.as_slice().iter().map(|(n, v)| (at(&self.raw, *n), at(&self.raw, *v)))
+    }
+
+    /// The end-to-end fields: all but the hop-by-hop ones and those `Connection` names.
+    pub fn end_to_end(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let named: Vec<&[u8]> = self
+            .fields()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
+            .flat_map(|(_, v)| v.split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii)
+            .filter(|t| !t.is_empty())
+            .collect();
+        self.fields().filter(move |(n, _)| !HOP_BY_HOP.iter().chain(&named).any(|h| n.eq_ignore_ascii_case(h)))
+    }
 }
 
 impl HeadError {
@@ -96,12 +131,11 @@ pub fn parse_request(buf: &mut BytesMut, limit: usize) -> Result<Option<RequestH
         .map_err(|_| HeadError::Malformed("invalid method"))?;
     let target = offset(base, req.path.unwrap_or_default().as_bytes());
     let version = if req.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
-    let mut fields = [((0, 0), (0, 0)); MAX_HEADERS];
-    let count = offsets(base, req.headers, &mut fields);
+    let fields = Fields::of(base, req.headers);
     let head = buf.split_to(len).freeze();
-    let uri = Uri::from_maybe_shared(head.slice(target.0..target.1))
+    let uri = Uri::from_maybe_shared(head.slice(target.0 as usize..target.1 as usize))
         .map_err(|_| HeadError::Malformed("invalid request target"))?;
-    let headers = header_map(&head, &fields[..count])?;
+    let headers = header_map(&head, fields.as_slice(), 6)?;
     let framing = framing(
         headers.get_all(header::CONTENT_LENGTH).iter().map(HeaderValue::as_bytes),
         headers.get_all(header::TRANSFER_ENCODING).iter().map(HeaderValue::as_bytes),
@@ -109,7 +143,8 @@ pub fn parse_request(buf: &mut BytesMut, limit: usize) -> Result<Option<RequestH
         true,
     )?;
     let close = has_token(&headers, header::CONNECTION, "close");
-    let upgrade = (has_token(&headers, header::CONNECTION, "upgrade") && has_token(&headers, header::UPGRADE, "websocket"))
+    let upgrade = (has_token(&headers, header::CONNECTION, "upgrade")
+        && has_token(&headers, header::UPGRADE, "websocket"))
         || method == Method::CONNECT;
     let expect_continue =
         headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
@@ -143,50 +178,81 @@ pub fn parse_response(buf: &mut BytesMut, limit: usize, head_request: bool) -> R
         StatusCode::from_u16(resp.code.unwrap_or_default()).map_err(|_| HeadError::Malformed("invalid status"))?;
     let version = if resp.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
     let base = buf.as_ptr() as usize;
-    let mut fields = [((0, 0), (0, 0)); MAX_HEADERS];
-    let count = offsets(base, resp.headers, &mut fields);
-    let head = buf.split_to(len).freeze();
-    let headers = header_map(&head, &fields[..count])?;
-    let framing = framing(
-        headers.get_all(header::CONTENT_LENGTH).iter().map(HeaderValue::as_bytes),
-        headers.get_all(header::TRANSFER_ENCODING).iter().map(HeaderValue::as_bytes),
-        version == Version::HTTP_10,
-        false,
-    )?;
+    let fields = Fields::of(base, resp.headers);
+    let raw = buf.split_to(len).freeze();
+    let (raw_ref, spans) = (&raw, fields.as_slice());
+    let named = |name: &'static [u8]| {
+        spans.iter().filter(move |(n, _)| at(raw_ref, *n).eq_ignore_ascii_case(name)).map(move |(_, v)| at(raw_ref, *v))
+    };
+    let framing = framing(named(b"content-length"), named(b"transfer-encoding"), version == Version::HTTP_10, false)?;
+    let close = named(b"connection")
+        .flat_map(|v| v.split(|&b| b == b','))
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
     // RFC 9112 section 6.3: these never have a body, whatever their head says.
     let bodiless = head_request
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
     let framing = if bodiless { Framing::Length(0) } else { framing };
-    let keep_alive = version == Version::HTTP_11 && !has_token(&headers, header::CONNECTION, "close");
-    Ok(Some(ResponseHead { status, version, headers, framing, keep_alive }))
+    let keep_alive = version == Version::HTTP_11 && !close;
+    Ok(Some(ResponseHead { status, version, framing, keep_alive, raw, fields }))
 }
 
 /// Where a part of a head lies in it: its first byte and the one after its last.
-type Span = (usize, usize);
+/// u32: a head is far shorter than 4 GiB, and the offsets of its fields are moved with it.
+type Span = (u32, u32);
 
 /// Where `part` (a slice of the buffer starting at address `base`) lies in it.
 fn offset(base: usize, part: &[u8]) -> Span {
     let start = (part.as_ptr() as usize).saturating_sub(base);
-    (start, start + part.len())
+    let at = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    (at(start), at(start + part.len()))
 }
 
-/// The offsets of each header's name and value, in `out`; how many there are.
-fn offsets(base: usize, headers: &[httparse::Header<'_>], out: &mut [(Span, Span)]) -> usize {
-    for (slot, h) in out.iter_mut().zip(headers) {
-        *slot = (offset(base, h.name.as_bytes()), offset(base, h.value));
+/// The bytes of `head` at `span`.
+fn at(head: &[u8], span: Span) -> &[u8] {
+    head.get(span.0 as usize..span.1 as usize).unwrap_or_default()
+}
+
+/// Fields a head usually has at most: their offsets stay on the stack (a larger array would be
+/// zeroed on every parse, which cost more than the parse itself).
+const FEW_FIELDS: usize = 24;
+
+/// The offsets of each header's name and value.
+#[derive(Debug)]
+enum Fields {
+    Few([(Span, Span); FEW_FIELDS], usize),
+    Many(Vec<(Span, Span)>),
+}
+
+impl Fields {
+    fn of(base: usize, headers: &[httparse::Header<'_>]) -> Fields {
+        let span = |h: &httparse::Header<'_>| (offset(base, h.name.as_bytes()), offset(base, h.value));
+        if headers.len() > FEW_FIELDS {
+            return Fields::Many(headers.iter().map(span).collect());
+        }
+        let mut few = [((0, 0), (0, 0)); FEW_FIELDS];
+        for (slot, h) in few.iter_mut().zip(headers) {
+            *slot = span(h);
+        }
+        Fields::Few(few, headers.len())
     }
-    headers.len().min(out.len())
+
+    fn as_slice(&self) -> &[(Span, Span)] {
+        match self {
+            Fields::Few(few, n) => &few[..*n],
+            Fields::Many(many) => many,
+        }
+    }
 }
 
 /// The headers of `head`, their values sharing its bytes.
-fn header_map(head: &Bytes, fields: &[(Span, Span)]) -> Result<HeaderMap, HeadError> {
-    let mut headers = HeaderMap::with_capacity(fields.len());
+/// `spare`: room for the headers roomgate adds, so that adding them does not grow the map.
+fn header_map(head: &Bytes, fields: &[(Span, Span)], spare: usize) -> Result<HeaderMap, HeadError> {
+    let mut headers = HeaderMap::with_capacity(fields.len() + spare);
     for (name, value) in fields {
-        let name =
-            HeaderName::from_bytes(&head[name.0..name.1]).map_err(|_| HeadError::Malformed("invalid header name"))?;
-        let value = HeaderValue::from_maybe_shared(head.slice(value.0..value.1))
+        let name = HeaderName::from_bytes(at(head, *name)).map_err(|_| HeadError::Malformed("invalid header name"))?;
+        let value = HeaderValue::from_maybe_shared(head.slice(value.0 as usize..value.1 as usize))
             .map_err(|_| HeadError::Malformed("invalid header value"))?;
         headers.append(name, value);
     }

@@ -23,12 +23,38 @@ pub fn request_head(out: &mut Vec<u8>, method: &Method, target: &str, headers: &
 /// A response head for a client: `headers` (hop-by-hop ones already removed), then the framing
 /// (`chunked`: the body is sent chunked) and `Connection: close` when the connection ends after it.
 pub fn response_head(out: &mut Vec<u8>, status: StatusCode, headers: &HeaderMap, chunked: bool, close: bool) {
+    status_line(out, status);
+    fields(out, headers);
+    framing(out, chunked, close);
+}
+
+/// A response head for a client from a backend's fields (`fields`: the end-to-end ones, as they
+/// came), plus `extra` fields, the framing and `Connection: close` as [`response_head`] writes
+/// them.
+pub fn relayed_head<'a>(
+    out: &mut Vec<u8>,
+    status: StatusCode,
+    fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    extra: &[(&'a [u8], &'a [u8])],
+    chunked: bool,
+    close: bool,
+) {
+    status_line(out, status);
+    for (name, value) in fields.chain(extra.iter().copied()) {
+        field(out, name, value);
+    }
+    framing(out, chunked, close);
+}
+
+fn status_line(out: &mut Vec<u8>, status: StatusCode) {
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
     out.extend_from_slice(b"\r\n");
-    fields(out, headers);
+}
+
+fn framing(out: &mut Vec<u8>, chunked: bool, close: bool) {
     if chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
@@ -38,11 +64,15 @@ pub fn response_head(out: &mut Vec<u8>, status: StatusCode, headers: &HeaderMap,
     out.extend_from_slice(b"\r\n");
 }
 
+fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
 fn fields(out: &mut Vec<u8>, headers: &HeaderMap) {
     for (name, value) in headers {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        field(out, name.as_str().as_bytes(), value.as_bytes());
     }
 }

@@ -95,7 +95,16 @@ pub fn set_websocket_upgrade(headers: &mut HeaderMap) {
 pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, trusted: bool, proto: &'static str) {
     let mut text = [0u8; 45];
     let peer_text = address_text(peer, &mut text);
-    let xff = match trusted {
+    // One pass over the names finds which forwarding headers are present: most requests carry
+    // none, and a lookup (or removal) per absent name costs more than the scan.
+    let (mut xff, mut xfp, mut xfh, mut lies) = (false, false, false, false);
+    for name in headers.keys() {
+        xff |= name == X_FORWARDED_FOR;
+        xfp |= name == X_FORWARDED_PROTO;
+        xfh |= name == X_FORWARDED_HOST;
+        lies |= name == FORWARDED || CLIENT_ADDRESS.contains(name);
+    }
+    let value = match trusted && xff {
         true => {
             let earlier: Vec<&str> = headers.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()).collect();
             if earlier.is_empty() {
@@ -106,22 +115,29 @@ pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, trusted: bool, proto
         }
         false => HeaderValue::from_str(peer_text),
     };
-    if let Ok(v) = xff {
+    if let Ok(v) = value {
         headers.insert(&X_FORWARDED_FOR, v);
     }
-    if !trusted || !headers.contains_key(&X_FORWARDED_PROTO) {
+    if !trusted || !xfp {
         headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     }
-    if !trusted || !headers.contains_key(&X_FORWARDED_HOST) {
+    if !trusted || !xfh {
         match headers.get(header::HOST).cloned() {
-            Some(host) => headers.insert(&X_FORWARDED_HOST, host),
-            None => headers.remove(&X_FORWARDED_HOST),
-        };
+            Some(host) => {
+                headers.insert(&X_FORWARDED_HOST, host);
+            }
+            None if xfh => {
+                headers.remove(&X_FORWARDED_HOST);
+            }
+            None => {}
+        }
     }
     if !trusted {
-        headers.remove(&FORWARDED);
-        for name in &CLIENT_ADDRESS {
-            headers.remove(name);
+        if lies {
+            headers.remove(&FORWARDED);
+            for name in &CLIENT_ADDRESS {
+                headers.remove(name);
+            }
         }
         // nginx's convention: X-Real-IP is the address the proxy saw.
         if let Ok(v) = HeaderValue::from_str(peer_text) {

@@ -172,7 +172,7 @@ async fn serve<I>(
 {
     let result = match proto {
         Proto::Http1 => {
-            let io = match h1::serve(&gateway, io, &first, conn, protocols.idle, &stop).await {
+            let io = match h1::serve(&gateway, io, &first, conn, &ticket, protocols.idle, &stop).await {
                 Served::Closed => return,
                 Served::Hyper(io) => io,
             };

@@ -22,7 +22,7 @@ use crate::h1::{Framing, RequestHead, ResponseHead, parse_response, write};
 use crate::limits::Holds;
 use crate::metrics::RequestLabels;
 use crate::proxy::upload::Deadlines;
-use crate::proxy::{AccessRecord, Conn, Gateway, Prepared, Target, access_record, headers, log_error, prepare_forward};
+use crate::proxy::{AccessRecord, Conn, Gateway, Prepared, Target, access_record, log_error, prepare_forward};
 use crate::snapshot::Snapshot;
 
 /// Most bytes of a backend's response head.
@@ -135,7 +135,7 @@ impl Gateway {
             counted: counted.as_deref(),
         };
         // The backend's head: checked, edited, and written to `out` before its body.
-        let mut on_head = |resp: &mut ResponseHead, body_sent: bool, out: &mut Vec<u8>| {
+        let mut on_head = |resp: &ResponseHead, body_sent: bool, out: &mut Vec<u8>| {
             let answered = match resp.status {
                 StatusCode::SWITCHING_PROTOCOLS => Err(BackendError::BadUpgrade {
                     backend: backend.id.to_string(),
@@ -145,17 +145,15 @@ impl Gateway {
             };
             self.observe_backend(snap, backend, answered.as_ref().map(|_| ()), started);
             answered?;
-            headers::remove_hop_by_hop(&mut resp.headers);
-            if let Some(cookie) = &target.set_cookie {
-                resp.headers.append(header::SET_COOKIE, cookie.clone());
-            }
             let chunked_out = resp.framing == Framing::Chunked && !ask.http10;
             let close = !ask.keep_alive
                 || !body_sent
                 || stop.is_cancelled()
                 || resp.framing == Framing::Close
                 || (resp.framing == Framing::Chunked && ask.http10);
-            write::response_head(out, resp.status, &resp.headers, chunked_out, close);
+            let cookie = target.set_cookie.as_ref().map(|c| (&b"set-cookie"[..], c.as_bytes()));
+            let extra = cookie.as_slice();
+            write::relayed_head(out, resp.status, resp.end_to_end(), extra, chunked_out, close);
             Ok(Plan { chunked_out, close })
         };
         let mut pooled = self.upstream.idle.take(backend.addr);
@@ -246,7 +244,7 @@ impl Failure {
     }
 }
 
-async fn connect_to(backend: &Backend, within: Duration) -> Result<UpConn, BackendError> {
+pub(super) async fn connect_to(backend: &Backend, within: Duration) -> Result<UpConn, BackendError> {
     let failed = |source: Box<dyn std::error::Error + Send + Sync>| BackendError::Connect {
         backend: backend.id.to_string(),
         source,
@@ -260,7 +258,7 @@ async fn connect_to(backend: &Backend, within: Duration) -> Result<UpConn, Backe
     Ok(UpConn { side: Side::new(stream, &[]), reused: false })
 }
 
-type OnHead<'a> = dyn FnMut(&mut ResponseHead, bool, &mut Vec<u8>) -> Result<Plan, BackendError> + Send + 'a;
+type OnHead<'a> = dyn FnMut(&ResponseHead, bool, &mut Vec<u8>) -> Result<Plan, BackendError> + Send + 'a;
 
 /// The whole exchange on one backend connection: the head written, the body sent while the
 /// response head is awaited (a backend may answer before it has read the body), then the
@@ -289,8 +287,8 @@ where
     let mut sent = 0;
     if ask.framing == Framing::Length(0) {
         let read = tokio::time::timeout(answer_within, read_response(&mut urd, ubuf, ask.head_request)).await;
-        let mut resp = read.map_err(|_| Failure::Timeout)??;
-        let plan = on_head(&mut resp, true, &mut client.out).map_err(Failure::Refused)?;
+        let resp = read.map_err(|_| Failure::Timeout)??;
+        let plan = on_head(&resp, true, &mut client.out).map_err(Failure::Refused)?;
         let relayed =
             relay_body(&mut urd, ubuf, &mut client.io, &mut client.out, resp.framing, plan.chunked_out, &mut sent)
                 .await;
@@ -305,7 +303,7 @@ where
     let mut send = pin!(send_body(&mut crd, cbuf, &mut uwr, upload));
     // The body's fate: `None` while it is on its way, then whether it went whole.
     let mut body: Option<bool> = None;
-    let mut resp = {
+    let resp = {
         let mut recv = pin!(read_response(&mut urd, ubuf, ask.head_request));
         let mut deadline = pin!(tokio::time::sleep(answer_within));
         loop {
@@ -325,7 +323,7 @@ where
             }
         }
     };
-    let plan = on_head(&mut resp, body == Some(true) || body.is_none(), out).map_err(Failure::Refused)?;
+    let plan = on_head(&resp, body == Some(true) || body.is_none(), out).map_err(Failure::Refused)?;
     let relayed = {
         let mut relay = pin!(relay_body(&mut urd, ubuf, &mut cwr, out, resp.framing, plan.chunked_out, &mut sent));
         loop {

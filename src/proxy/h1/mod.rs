@@ -9,6 +9,7 @@ mod body;
 mod exchange;
 pub mod pool;
 pub mod rewind;
+mod upgrade;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,9 +21,11 @@ use tokio_util::sync::CancellationToken;
 use self::body::Side;
 use self::exchange::Next;
 pub use self::rewind::Rewind;
+use self::upgrade::Upgraded;
 use super::{Conn, Gateway};
 use crate::error::{ClientError, ProxyError};
 use crate::h1::{HeadError, RequestHead, parse_request};
+use crate::limits::ConnTicket;
 
 /// How a connection left roomgate's HTTP/1 path.
 pub enum Served<I> {
@@ -35,16 +38,18 @@ pub enum Served<I> {
 /// Serves HTTP/1.1 on `io` (whose first bytes, read already, are `first`) until the client
 /// leaves, a request closes the connection, no request head comes within `idle`, or `stop`
 /// (between requests).
+/// `ticket` counts the connection; a WebSocket it turns into carries it on.
 pub async fn serve<I>(
     gateway: &Arc<Gateway>,
     io: I,
     first: &[u8],
     conn: Conn,
+    ticket: &ConnTicket,
     idle: Duration,
     stop: &CancellationToken,
 ) -> Served<I>
 where
-    I: AsyncRead + AsyncWrite + Unpin,
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let mut client = Side::new(io, first);
     loop {
@@ -57,11 +62,14 @@ where
                 break;
             }
         };
+        if head.upgrade && upgrade::is_ours(&head) {
+            return match gateway.upgrade_h1(head, client, conn, ticket.clone()).await {
+                Upgraded::Done => Served::Closed,
+                Upgraded::Hyper(client, head) => hand_over(client, &head),
+            };
+        }
         if head.upgrade {
-            let mut rest = BytesMut::with_capacity(head.raw.len() + client.buf.len());
-            rest.extend_from_slice(&head.raw);
-            rest.extend_from_slice(&client.buf);
-            return Served::Hyper(Rewind::new(rest.freeze(), client.io));
+            return hand_over(client, &head);
         }
         if gateway.serve_h1(head, &mut client, conn, stop).await == Next::Close || stop.is_cancelled() {
             break;
@@ -69,6 +77,14 @@ where
     }
     let _ = client.io.shutdown().await;
     Served::Closed
+}
+
+/// Hands the connection to hyper: the head, then what followed it, are read again.
+fn hand_over<I>(client: Side<I>, head: &RequestHead) -> Served<I> {
+    let mut rest = BytesMut::with_capacity(head.raw.len() + client.buf.len());
+    rest.extend_from_slice(&head.raw);
+    rest.extend_from_slice(&client.buf);
+    Served::Hyper(Rewind::new(rest.freeze(), client.io))
 }
 
 /// Most bytes a head may take before it is refused with 431: twice the configured limit (which

@@ -3,7 +3,6 @@
 //! response ended cleanly. No background task: an idle connection past its time is dropped
 //! when next met.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -22,20 +21,22 @@ pub struct UpConn {
 }
 
 pub struct Pool {
-    idle: Mutex<HashMap<SocketAddr, Vec<(UpConn, Instant)>>>,
+    /// Per backend address; a list searched in order, as a fleet has few backends (and a hash
+    /// map's SipHash cost more than the search).
+    idle: Mutex<Vec<(SocketAddr, Vec<(UpConn, Instant)>)>>,
     max_per_backend: usize,
     idle_timeout: Duration,
 }
 
 impl Pool {
     pub fn new(max_per_backend: usize, idle_timeout: Duration) -> Pool {
-        Pool { idle: Mutex::new(HashMap::new()), max_per_backend, idle_timeout }
+        Pool { idle: Mutex::new(Vec::new()), max_per_backend, idle_timeout }
     }
 
     /// The most recently used idle connection to `addr` that is still good.
     pub fn take(&self, addr: SocketAddr) -> Option<UpConn> {
         loop {
-            let (mut conn, since) = lock(&self.idle).get_mut(&addr)?.pop()?;
+            let (mut conn, since) = lock(&self.idle).iter_mut().find(|(a, _)| *a == addr)?.1.pop()?;
             if since.elapsed() >= self.idle_timeout {
                 continue;
             }
@@ -57,7 +58,14 @@ impl Pool {
             return;
         }
         let mut idle = lock(&self.idle);
-        let list = idle.entry(addr).or_default();
+        let index = match idle.iter().position(|(a, _)| *a == addr) {
+            Some(i) => i,
+            None => {
+                idle.push((addr, Vec::new()));
+                idle.len() - 1
+            }
+        };
+        let list = &mut idle[index].1;
         if list.len() < self.max_per_backend {
             list.push((conn, Instant::now()));
         }

@@ -1,0 +1,203 @@
+//! WebSocket handshakes on roomgate's HTTP/1 path: the handshake written to the room's backend
+//! on a connection of its own, its answer parsed here, and the tunnel started only on a 101 that
+//! completes this handshake. Both sides' bytes read past the heads go into the tunnel first.
+//! djust sockets (their room is in their first message) are served by hyper's path.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::request::Parts;
+use http::{Request, StatusCode, Version};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tracing::Instrument;
+
+use super::body::{Relayed, Side, flush, read_more, relay_body};
+use super::exchange::{connect_to, write_error};
+use super::rewind::Rewind;
+use crate::directory::Use;
+use crate::error::{BackendError, ProxyError};
+use crate::h1::{Framing, RequestHead, ResponseHead, parse_response, write};
+use crate::limits::{ConnTicket, Holds};
+use crate::metrics::RequestLabels;
+use crate::proxy::upgrade::{TunnelSpec, accepted, hold, run};
+use crate::proxy::{Conn, Gateway, Prepared, Target, access_record, prepare_forward};
+use crate::snapshot::Snapshot;
+
+/// Most bytes of a backend's answer to a handshake.
+const MAX_HANDSHAKE_HEAD: usize = 64 * 1024;
+
+/// What became of a handshake.
+pub enum Upgraded<I> {
+    /// The tunnel runs (or the handshake was answered): the connection is no longer served here.
+    Done,
+    /// Served by hyper's path (a djust socket): the connection, with its bytes, goes there.
+    Hyper(Side<I>, RequestHead),
+}
+
+impl Gateway {
+    /// Serves a WebSocket handshake whose head is `head`.
+    pub(crate) async fn upgrade_h1<I>(
+        self: &Arc<Self>,
+        head: RequestHead,
+        mut client: Side<I>,
+        conn: Conn,
+        ticket: ConnTicket,
+    ) -> Upgraded<I>
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let snap = self.snapshot.load();
+        let mut record = access_record(&snap.config, conn.client, &head.method, head.uri.path());
+        let (mut route, mut backend) = (self.none.clone(), self.none.clone());
+        let mut req = Request::new(());
+        *req.method_mut() = head.method.clone();
+        *req.uri_mut() = head.uri.clone();
+        *req.version_mut() = head.version;
+        *req.headers_mut() = head.headers.clone();
+        let (target, holds) = match self.prepare(&snap, &req, conn, &mut record, &mut route, &mut backend).await {
+            Ok(Prepared::Send { target, holds }) => (target, holds),
+            Ok(Prepared::Djust { .. }) => return Upgraded::Hyper(client, head),
+            Err(err) => {
+                let status = err.status();
+                write_error(&mut client, &err, record.take(), conn, false).await;
+                self.metrics.request(&RequestLabels { route, status: status.as_u16(), backend });
+                return Upgraded::Done;
+            }
+        };
+        let (parts, ()) = req.into_parts();
+        let holds = Holds { conn: Some(ticket), ..holds };
+        let status = match self.handshake(&snap, parts, &target, holds, client, conn).await {
+            Ok(status) => status,
+            Err((err, mut client)) => {
+                let status = err.status();
+                let log = record.take();
+                write_error(&mut client, &err, log, conn, false).await;
+                status
+            }
+        };
+        if let Some(r) = record.as_mut() {
+            r.status = status.as_u16();
+        }
+        if let Some(r) = record {
+            r.emit(true);
+        }
+        self.metrics.request(&RequestLabels { route, status: status.as_u16(), backend });
+        Upgraded::Done
+    }
+
+    /// Sends the handshake and answers the client: a tunnel on a valid 101, the backend's refusal
+    /// as it came, or an error (with the client's side, to answer it).
+    #[allow(clippy::too_many_arguments)]
+    async fn handshake<I>(
+        self: &Arc<Self>,
+        snap: &Snapshot,
+        mut parts: Parts,
+        target: &Target,
+        holds: Holds,
+        mut client: Side<I>,
+        conn: Conn,
+    ) -> Result<StatusCode, (ProxyError, Side<I>)>
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let config = &snap.config;
+        prepare_forward(&mut parts, conn, config);
+        crate::proxy::headers::set_websocket_upgrade(&mut parts.headers);
+        let key = parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned();
+        let backend = &target.backend;
+        let t = &config.timeouts;
+        // Counted in its room while it is on its way (a move waits for it), until its socket is.
+        let handshake_presence = self.presence(target, Use::Request);
+        let started = Instant::now();
+        let answer = async {
+            let mut up = connect_to(backend, t.connect).await?;
+            let mut out = Vec::with_capacity(512);
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            write::request_head(&mut out, &parts.method, path, &parts.headers, Framing::Length(0));
+            let failed =
+                |e: std::io::Error| BackendError::Failed { backend: backend.id.to_string(), source: Box::new(e) };
+            up.side.io.write_all(&out).await.map_err(failed)?;
+            let resp = loop {
+                if let Some(resp) = parse_response(&mut up.side.buf, MAX_HANDSHAKE_HEAD, false)
+                    .map_err(|e| BackendError::Failed { backend: backend.id.to_string(), source: e.reason().into() })?
+                {
+                    if resp.status.is_informational() && resp.status != StatusCode::SWITCHING_PROTOCOLS {
+                        continue;
+                    }
+                    break resp;
+                }
+                match read_more(&mut up.side.io, &mut up.side.buf).await {
+                    Ok(0) => return Err(failed(std::io::ErrorKind::UnexpectedEof.into())),
+                    Ok(_) => {}
+                    Err(e) => return Err(failed(e)),
+                }
+            };
+            Ok((up, resp))
+        };
+        let answered = match tokio::time::timeout(t.upstream_response, answer).await {
+            Ok(answered) => answered,
+            Err(_) => Err(BackendError::Timeout { backend: backend.id.to_string(), after: t.upstream_response }),
+        };
+        let checked = answered.and_then(|(up, resp)| {
+            if resp.status != StatusCode::SWITCHING_PROTOCOLS {
+                return Ok((up, resp, None));
+            }
+            let rsv = accepted(&header_map(&resp), key.as_ref().map(HeaderValue::as_bytes))
+                .map_err(|why| BackendError::BadUpgrade { backend: backend.id.to_string(), why })?;
+            Ok((up, resp, Some(rsv)))
+        });
+        self.observe_backend(snap, backend, checked.as_ref().map(|_| ()), started);
+        let (mut up, resp, rsv) = match checked {
+            Ok(checked) => checked,
+            Err(e) => return Err((e.into(), client)),
+        };
+        let cookie = target.set_cookie.as_ref().map(|c| (&b"set-cookie"[..], c.as_bytes()));
+        let Some(rsv) = rsv else {
+            // A refusal: relayed as it came, then the connection closes.
+            let fields = resp.end_to_end();
+            write::relayed_head(&mut client.out, resp.status, fields, cookie.as_slice(), false, true);
+            let mut sent = 0;
+            let framing = resp.framing;
+            let (rd, buf) = (&mut up.side.io, &mut up.side.buf);
+            let relayed = relay_body(rd, buf, &mut client.io, &mut client.out, framing, false, &mut sent).await;
+            if relayed != Relayed::Whole {
+                tracing::debug!(backend = %backend.id, "handshake refusal cut short");
+            }
+            let _ = client.io.shutdown().await;
+            return Ok(resp.status);
+        };
+        // The 101 as the backend sent it (its Upgrade and Connection included), with the cookie.
+        write::relayed_head(&mut client.out, resp.status, resp.fields(), cookie.as_slice(), false, false);
+        if let Err(e) = flush(&mut client.io, &mut client.out).await {
+            tracing::debug!(error = %e, "client left during its handshake");
+            return Ok(resp.status);
+        }
+        let spec = TunnelSpec { client: conn.client, room: target.room.clone(), backend: backend.clone(), holds };
+        let held = hold(self, &spec).await;
+        drop(handshake_presence);
+        let opts = self.tunnel_options(rsv);
+        let span = tracing::info_span!("tunnel", room = spec.room.as_deref(), backend = %spec.backend.id);
+        let client_io = Rewind::new(client.buf.split().freeze(), client.io);
+        let backend_io = Rewind::new(up.side.buf.split().freeze(), up.side.io);
+        tokio::spawn(run(client_io, backend_io, held, spec, opts, None).instrument(span));
+        Ok(resp.status)
+    }
+}
+
+/// The fields of a backend's 101, as a header map for the handshake's checks.
+fn header_map(resp: &ResponseHead) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in resp.fields() {
+        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+            map.append(n, v);
+        }
+    }
+    map
+}
+
+/// Whether a handshake is served on this path: an HTTP/1.1 one that is not a `CONNECT` (those,
+/// and HTTP/1.0 ones, are hyper's to answer, as before).
+pub fn is_ours(head: &RequestHead) -> bool {
+    head.version == Version::HTTP_11 && head.method != http::Method::CONNECT
+}
