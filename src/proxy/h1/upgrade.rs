@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{Request, StatusCode, Version};
@@ -178,8 +179,9 @@ impl Gateway {
         drop(handshake_presence);
         let opts = self.tunnel_options(rsv);
         let span = tracing::info_span!("tunnel", room = spec.room.as_deref(), backend = %spec.backend.id);
-        let client_io = Rewind::new(client.buf.split().freeze(), client.io);
-        let backend_io = Rewind::new(up.side.buf.split().freeze(), up.side.io);
+        // Copied out of the connections' buffers, so that an idle tunnel keeps neither.
+        let client_io = Rewind::new(Bytes::copy_from_slice(&client.buf), client.io);
+        let backend_io = Rewind::new(Bytes::copy_from_slice(&up.side.buf), up.side.io);
         tokio::spawn(run(client_io, backend_io, held, spec, opts, None).instrument(span));
         Ok(resp.status)
     }
