@@ -6,6 +6,7 @@
 #
 #   bench/callgrind-http.sh            # roomgate (release build)
 #   bench/callgrind-http.sh --nginx    # nginx with the same hashing and upstream keep-alive
+#   ROOMGATE_BIN=path/to/roomgate bench/callgrind-http.sh   # another roomgate build (before/after)
 #
 # Needs valgrind and wrk (apt-get install -y valgrind wrk; nginx for --nginx).
 set -euo pipefail
@@ -59,7 +60,7 @@ else
         awk '{printf "[[backends]]\nid = \"%s\"\naddr = \"%s\"\n\n", $1, $2}' "$work/backends"
         printf '[[routes]]\nprefix = "/"\nmode = "room"\nkeys = ["header:X-Room", "cookie:room"]\non_missing = "shared"\n'
     } > "$work/roomgate.toml"
-    cmd=(target/release/roomgate run --config "$work/roomgate.toml")
+    cmd=("${ROOMGATE_BIN:-target/release/roomgate}" run --config "$work/roomgate.toml")
 fi
 
 valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" "${cmd[@]}" > "$work/valgrind.log" 2>&1 &
