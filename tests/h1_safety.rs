@@ -603,3 +603,28 @@ async fn bad_response_framing_gets_502_or_a_cut_and_is_never_reused() {
     }
     failures.check(cases.len());
 }
+
+/// A client that writes its first WebSocket frame in the same write as its handshake: the frame
+/// (read with the head) goes into the tunnel first and is answered, not lost or read as HTTP.
+#[tokio::test]
+async fn a_frame_sent_with_the_handshake_reaches_the_backend() {
+    let backends = common::backends(1).await;
+    let proxy = common::Proxy::start(&common::config(&common::backend_list(&backends), common::ROUTES, "")).await;
+    let mut bytes = b"GET /ws/live/?room=a HTTP/1.1\r\nHost: rooms.test\r\nConnection: Upgrade\r\n\
+        Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        .to_vec();
+    bytes.extend(common::raw::frame_bytes(0x81, b"id", Some([1, 2, 3, 4])));
+    let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut s, &bytes).await.unwrap();
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + common::LIMIT;
+    while !String::from_utf8_lossy(&got).contains("id:b0") {
+        let mut buf = [0u8; 1024];
+        let read = tokio::time::timeout_at(deadline, tokio::io::AsyncReadExt::read(&mut s, &mut buf)).await;
+        let n = read.expect("no answer to the first frame in time").unwrap();
+        assert!(n > 0, "closed: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 101"), "{:?}", String::from_utf8_lossy(&got));
+    proxy.shutdown().await;
+}

@@ -192,6 +192,34 @@ pub enum Relayed {
     ClientGone,
 }
 
+/// Moves what `buf` holds of a chunked body to `out`, re-chunked when `chunked_out`. `Ok(true)`:
+/// the body ended.
+fn relay_chunks(
+    d: &mut ChunkedDecoder,
+    buf: &mut BytesMut,
+    out: &mut Vec<u8>,
+    chunked_out: bool,
+    sent: &mut u64,
+) -> Result<bool, ()> {
+    let step = d.decode(buf).map_err(|_| ())?;
+    if !step.data.is_empty() {
+        let data = &buf[step.data.clone()];
+        if chunked_out {
+            chunked::write_size(out, data.len());
+        }
+        out.extend_from_slice(data);
+        if chunked_out {
+            out.extend_from_slice(b"\r\n");
+        }
+        *sent += data.len() as u64;
+    }
+    buf.advance(step.consumed);
+    if step.done && chunked_out {
+        out.extend_from_slice(b"0\r\n\r\n");
+    }
+    Ok(step.done)
+}
+
 /// Relays the response body, read from `rd` after what `buf` holds already, to the client's
 /// `wr`, as `framing` delimits it: re-chunked when `chunked_out`, else as bare bytes. The
 /// response head is in `out` already, and goes out with the first bytes of the body. `sent`
@@ -217,29 +245,11 @@ where
     loop {
         while !buf.is_empty() && left > 0 {
             match &mut decoder {
-                Some(d) => {
-                    let Ok(step) = d.decode(buf) else {
-                        return Relayed::BackendFailed("malformed chunked response body");
-                    };
-                    if !step.data.is_empty() {
-                        let data = &buf[step.data.clone()];
-                        if chunked_out {
-                            chunked::write_size(out, data.len());
-                        }
-                        out.extend_from_slice(data);
-                        if chunked_out {
-                            out.extend_from_slice(b"\r\n");
-                        }
-                        *sent += data.len() as u64;
-                    }
-                    buf.advance(step.consumed);
-                    if step.done {
-                        if chunked_out {
-                            out.extend_from_slice(b"0\r\n\r\n");
-                        }
-                        left = 0;
-                    }
-                }
+                Some(d) => match relay_chunks(d, buf, out, chunked_out, sent) {
+                    Ok(true) => left = 0,
+                    Ok(false) => {}
+                    Err(()) => return Relayed::BackendFailed("malformed chunked response body"),
+                },
                 None => {
                     let n = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
                     out.extend_from_slice(&buf[..n]);

@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use super::body::{Relayed, SendError, Side, Upload, flush, read_more, relay_body, send_body};
+use super::body::{Relayed, SendError, Side, Upload, read_more, relay_body, send_body};
 use super::pool::UpConn;
 use crate::backends::Backend;
 use crate::directory::Use;
@@ -134,30 +134,11 @@ impl Gateway {
             write_timeout: t.upstream_response,
             counted: counted.as_deref(),
         };
-        // The backend's head: checked, edited, and written to `out` before its body.
-        let mut on_head = |resp: &ResponseHead, body_sent: bool, out: &mut Vec<u8>| {
-            let answered = match resp.status {
-                StatusCode::SWITCHING_PROTOCOLS => Err(BackendError::BadUpgrade {
-                    backend: backend.id.to_string(),
-                    why: "101 to a request that asked for no upgrade",
-                }),
-                _ => Ok(()),
-            };
-            self.observe_backend(snap, backend, answered.as_ref().map(|_| ()), started);
-            answered?;
-            let chunked_out = resp.framing == Framing::Chunked && !ask.http10;
-            let close = !ask.keep_alive
-                || !body_sent
-                || stop.is_cancelled()
-                || resp.framing == Framing::Close
-                || (resp.framing == Framing::Chunked && ask.http10);
-            let cookie = target.set_cookie.as_ref().map(|c| (&b"set-cookie"[..], c.as_bytes()));
-            let extra = cookie.as_slice();
-            write::relayed_head(out, resp.status, resp.end_to_end(), extra, chunked_out, close);
-            Ok(Plan { chunked_out, close })
-        };
+        let answering = Answering { gateway: self, snap, target, ask, stop, started };
+        let mut on_head =
+            |resp: &ResponseHead, body_sent: bool, out: &mut Vec<u8>| answering.head(resp, body_sent, out);
         let mut pooled = self.upstream.idle.take(backend.addr);
-        let (mut up, done) = loop {
+        let (up, done) = loop {
             let mut up = match pooled.take() {
                 Some(up) => up,
                 None => connect_to(backend, t.connect).await.inspect_err(|e| self.observe_failure(snap, backend, e))?,
@@ -175,6 +156,12 @@ impl Gateway {
                 }
             }
         };
+        Ok((done.status, self.finish(&done, up, backend, record)))
+    }
+
+    /// Notes how an exchange that reached the client ended, and gives its backend connection
+    /// back to the pool when it may serve again. What the client's connection does next.
+    fn finish(&self, done: &Done, mut up: UpConn, backend: &Backend, record: &mut Option<Box<AccessRecord>>) -> Next {
         if let Some(r) = record.as_mut() {
             r.status = done.status.as_u16();
             r.bytes_out = done.sent;
@@ -190,11 +177,47 @@ impl Gateway {
             up.reused = false;
             self.upstream.idle.put(backend.addr, up);
         }
-        Ok((done.status, if whole && done.body_sent && !done.close { Next::KeepAlive } else { Next::Close }))
+        if whole && done.body_sent && !done.close { Next::KeepAlive } else { Next::Close }
     }
 
     fn observe_failure(&self, snap: &Snapshot, backend: &Arc<Backend>, e: &BackendError) {
         self.observe_backend(snap, backend, Err(e), Instant::now());
+    }
+}
+
+/// What writing a backend's head to the client needs.
+struct Answering<'a> {
+    gateway: &'a Gateway,
+    snap: &'a Snapshot,
+    target: &'a Target,
+    ask: &'a Ask,
+    stop: &'a CancellationToken,
+    started: Instant,
+}
+
+impl Answering<'_> {
+    /// The backend's head: checked (and its outcome counted for the backend's health), edited,
+    /// and written to `out` before its body.
+    fn head(&self, resp: &ResponseHead, body_sent: bool, out: &mut Vec<u8>) -> Result<Plan, BackendError> {
+        let (ask, backend) = (self.ask, &self.target.backend);
+        let answered = match resp.status {
+            StatusCode::SWITCHING_PROTOCOLS => Err(BackendError::BadUpgrade {
+                backend: backend.id.to_string(),
+                why: "101 to a request that asked for no upgrade",
+            }),
+            _ => Ok(()),
+        };
+        self.gateway.observe_backend(self.snap, backend, answered.as_ref().map(|_| ()), self.started);
+        answered?;
+        let chunked_out = resp.framing == Framing::Chunked && !ask.http10;
+        let close = !ask.keep_alive
+            || !body_sent
+            || self.stop.is_cancelled()
+            || resp.framing == Framing::Close
+            || (resp.framing == Framing::Chunked && ask.http10);
+        let cookie = self.target.set_cookie.as_ref().map(|c| (&b"set-cookie"[..], c.as_bytes()));
+        write::relayed_head(out, resp.status, resp.end_to_end(), cookie.as_slice(), chunked_out, close);
+        Ok(Plan { chunked_out, close })
     }
 }
 
@@ -278,27 +301,18 @@ where
     I: AsyncRead + AsyncWrite + Unpin,
 {
     let Side { io: uio, buf: ubuf, .. } = &mut up.side;
-    match tokio::time::timeout(answer_within, uio.write_all(head)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(_)) => return Err(Failure::Stale),
-        Err(_) => return Err(Failure::Timeout),
-    }
+    tokio::time::timeout(answer_within, uio.write_all(head))
+        .await
+        .map_err(|_| Failure::Timeout)?
+        .map_err(|_| Failure::Stale)?;
     let (mut urd, mut uwr) = uio.split();
-    let mut sent = 0;
     if ask.framing == Framing::Length(0) {
-        let read = tokio::time::timeout(answer_within, read_response(&mut urd, ubuf, ask.head_request)).await;
-        let resp = read.map_err(|_| Failure::Timeout)??;
-        let plan = on_head(&resp, true, &mut client.out).map_err(Failure::Refused)?;
-        let relayed =
-            relay_body(&mut urd, ubuf, &mut client.io, &mut client.out, resp.framing, plan.chunked_out, &mut sent)
-                .await;
-        return Ok(done(&resp, plan, relayed, true, sent));
+        return exchange_bodiless(&mut urd, ubuf, ask, client, answer_within, on_head).await;
+    }
+    if ask.expect_continue && client.buf.is_empty() {
+        continue_body(client).await?;
     }
     let Side { io: cio, buf: cbuf, out } = client;
-    if ask.expect_continue && cbuf.is_empty() {
-        out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-        flush(cio, out).await.map_err(|_| Failure::Client(BodyProblem::Incomplete))?;
-    }
     let (mut crd, mut cwr) = tokio::io::split(cio);
     let mut send = pin!(send_body(&mut crd, cbuf, &mut uwr, upload));
     // The body's fate: `None` while it is on its way, then whether it went whole.
@@ -324,6 +338,7 @@ where
         }
     };
     let plan = on_head(&resp, body == Some(true) || body.is_none(), out).map_err(Failure::Refused)?;
+    let mut sent = 0;
     let relayed = {
         let mut relay = pin!(relay_body(&mut urd, ubuf, &mut cwr, out, resp.framing, plan.chunked_out, &mut sent));
         loop {
@@ -335,6 +350,35 @@ where
         }
     };
     Ok(done(&resp, plan, relayed, body == Some(true), sent))
+}
+
+/// Tells a client that waits for a word before it sends its body to go on (`Expect:
+/// 100-continue`; hyper's server said it too).
+async fn continue_body<I: AsyncRead + AsyncWrite + Unpin>(client: &mut Side<I>) -> Result<(), Failure> {
+    client.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+    client.flush().await.map_err(|_| Failure::Client(BodyProblem::Incomplete))
+}
+
+/// [`exchange_on`] for a request without a body: the response head, then its body.
+async fn exchange_bodiless<R, I>(
+    urd: &mut R,
+    ubuf: &mut bytes::BytesMut,
+    ask: &Ask,
+    client: &mut Side<I>,
+    answer_within: Duration,
+    on_head: &mut OnHead<'_>,
+) -> Result<Done, Failure>
+where
+    R: AsyncRead + Unpin,
+    I: AsyncRead + AsyncWrite + Unpin,
+{
+    let read = tokio::time::timeout(answer_within, read_response(urd, ubuf, ask.head_request)).await;
+    let resp = read.map_err(|_| Failure::Timeout)??;
+    let plan = on_head(&resp, true, &mut client.out).map_err(Failure::Refused)?;
+    let mut sent = 0;
+    let relayed =
+        relay_body(urd, ubuf, &mut client.io, &mut client.out, resp.framing, plan.chunked_out, &mut sent).await;
+    Ok(done(&resp, plan, relayed, true, sent))
 }
 
 fn done(resp: &ResponseHead, plan: Plan, relayed: Relayed, body_sent: bool, sent: u64) -> Done {

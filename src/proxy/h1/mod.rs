@@ -65,7 +65,7 @@ where
         if head.upgrade && upgrade::is_ours(&head) {
             return match gateway.upgrade_h1(head, client, conn, ticket.clone()).await {
                 Upgraded::Done => Served::Closed,
-                Upgraded::Hyper(client, head) => hand_over(client, &head),
+                Upgraded::Hyper(held) => hand_over(held.0, &held.1),
             };
         }
         if head.upgrade {

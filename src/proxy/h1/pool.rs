@@ -20,10 +20,13 @@ pub struct UpConn {
     pub reused: bool,
 }
 
+/// One backend's idle connections, each with the time it was given back.
+type Idle = Vec<(UpConn, Instant)>;
+
 pub struct Pool {
     /// Per backend address; a list searched in order, as a fleet has few backends (and a hash
     /// map's SipHash cost more than the search).
-    idle: Mutex<Vec<(SocketAddr, Vec<(UpConn, Instant)>)>>,
+    idle: Mutex<Vec<(SocketAddr, Idle)>>,
     max_per_backend: usize,
     idle_timeout: Duration,
 }

@@ -4,7 +4,7 @@
 //! djust sockets (their room is in their first message) are served by hyper's path.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -15,7 +15,9 @@ use tracing::Instrument;
 
 use super::body::{Relayed, Side, flush, read_more, relay_body};
 use super::exchange::{connect_to, write_error};
+use super::pool::UpConn;
 use super::rewind::Rewind;
+use crate::backends::Backend;
 use crate::directory::Use;
 use crate::error::{BackendError, ProxyError};
 use crate::h1::{Framing, RequestHead, ResponseHead, parse_response, write};
@@ -33,7 +35,7 @@ pub enum Upgraded<I> {
     /// The tunnel runs (or the handshake was answered): the connection is no longer served here.
     Done,
     /// Served by hyper's path (a djust socket): the connection, with its bytes, goes there.
-    Hyper(Side<I>, RequestHead),
+    Hyper(Box<(Side<I>, RequestHead)>),
 }
 
 impl Gateway {
@@ -58,7 +60,7 @@ impl Gateway {
         *req.headers_mut() = head.headers.clone();
         let (target, holds) = match self.prepare(&snap, &req, conn, &mut record, &mut route, &mut backend).await {
             Ok(Prepared::Send { target, holds }) => (target, holds),
-            Ok(Prepared::Djust { .. }) => return Upgraded::Hyper(client, head),
+            Ok(Prepared::Djust { .. }) => return Upgraded::Hyper(Box::new((client, head))),
             Err(err) => {
                 let status = err.status();
                 write_error(&mut client, &err, record.take(), conn, false).await;
@@ -102,40 +104,15 @@ impl Gateway {
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let config = &snap.config;
-        prepare_forward(&mut parts, conn, config);
+        prepare_forward(&mut parts, conn, &snap.config);
         crate::proxy::headers::set_websocket_upgrade(&mut parts.headers);
         let key = parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned();
         let backend = &target.backend;
-        let t = &config.timeouts;
-        // Counted in its room while it is on its way (a move waits for it), until its socket is.
+        let t = &snap.config.timeouts;
+        // Counted in its room while on its way (a move waits for it), until its socket is.
         let handshake_presence = self.presence(target, Use::Request);
         let started = Instant::now();
-        let answer = async {
-            let mut up = connect_to(backend, t.connect).await?;
-            let mut out = Vec::with_capacity(512);
-            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-            write::request_head(&mut out, &parts.method, path, &parts.headers, Framing::Length(0));
-            let failed =
-                |e: std::io::Error| BackendError::Failed { backend: backend.id.to_string(), source: Box::new(e) };
-            up.side.io.write_all(&out).await.map_err(failed)?;
-            let resp = loop {
-                if let Some(resp) = parse_response(&mut up.side.buf, MAX_HANDSHAKE_HEAD, false)
-                    .map_err(|e| BackendError::Failed { backend: backend.id.to_string(), source: e.reason().into() })?
-                {
-                    if resp.status.is_informational() && resp.status != StatusCode::SWITCHING_PROTOCOLS {
-                        continue;
-                    }
-                    break resp;
-                }
-                match read_more(&mut up.side.io, &mut up.side.buf).await {
-                    Ok(0) => return Err(failed(std::io::ErrorKind::UnexpectedEof.into())),
-                    Ok(_) => {}
-                    Err(e) => return Err(failed(e)),
-                }
-            };
-            Ok((up, resp))
-        };
+        let answer = send_handshake(backend, &parts, t.connect);
         let answered = match tokio::time::timeout(t.upstream_response, answer).await {
             Ok(answered) => answered,
             Err(_) => Err(BackendError::Timeout { backend: backend.id.to_string(), after: t.upstream_response }),
@@ -155,17 +132,7 @@ impl Gateway {
         };
         let cookie = target.set_cookie.as_ref().map(|c| (&b"set-cookie"[..], c.as_bytes()));
         let Some(rsv) = rsv else {
-            // A refusal: relayed as it came, then the connection closes.
-            let fields = resp.end_to_end();
-            write::relayed_head(&mut client.out, resp.status, fields, cookie.as_slice(), false, true);
-            let mut sent = 0;
-            let framing = resp.framing;
-            let (rd, buf) = (&mut up.side.io, &mut up.side.buf);
-            let relayed = relay_body(rd, buf, &mut client.io, &mut client.out, framing, false, &mut sent).await;
-            if relayed != Relayed::Whole {
-                tracing::debug!(backend = %backend.id, "handshake refusal cut short");
-            }
-            let _ = client.io.shutdown().await;
+            relay_refusal(&mut up, &mut client, &resp, cookie, backend).await;
             return Ok(resp.status);
         };
         // The 101 as the backend sent it (its Upgrade and Connection included), with the cookie.
@@ -184,6 +151,57 @@ impl Gateway {
         let backend_io = Rewind::new(Bytes::copy_from_slice(&up.side.buf), up.side.io);
         tokio::spawn(run(client_io, backend_io, held, spec, opts, None).instrument(span));
         Ok(resp.status)
+    }
+}
+
+/// A backend's refusal of a handshake: relayed as it came, then the connection closes.
+async fn relay_refusal<I: AsyncRead + AsyncWrite + Unpin>(
+    up: &mut UpConn,
+    client: &mut Side<I>,
+    resp: &ResponseHead,
+    cookie: Option<(&[u8], &[u8])>,
+    backend: &Backend,
+) {
+    write::relayed_head(&mut client.out, resp.status, resp.end_to_end(), cookie.as_slice(), false, true);
+    let mut sent = 0;
+    let (rd, buf) = (&mut up.side.io, &mut up.side.buf);
+    let relayed = relay_body(rd, buf, &mut client.io, &mut client.out, resp.framing, false, &mut sent).await;
+    if relayed != Relayed::Whole {
+        tracing::debug!(backend = %backend.id, "handshake refusal cut short");
+    }
+    let _ = client.io.shutdown().await;
+}
+
+/// Opens a connection of its own to the backend, sends it the handshake `parts` and reads its
+/// answer's head (interim answers other than a 101 skipped).
+async fn send_handshake(
+    backend: &Backend,
+    parts: &Parts,
+    connect: Duration,
+) -> Result<(UpConn, ResponseHead), BackendError> {
+    let mut up = connect_to(backend, connect).await?;
+    let mut out = Vec::with_capacity(512);
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    write::request_head(&mut out, &parts.method, path, &parts.headers, Framing::Length(0));
+    let failed = |source: Box<dyn std::error::Error + Send + Sync>| BackendError::Failed {
+        backend: backend.id.to_string(),
+        source,
+    };
+    up.side.io.write_all(&out).await.map_err(|e| failed(Box::new(e)))?;
+    loop {
+        if let Some(resp) =
+            parse_response(&mut up.side.buf, MAX_HANDSHAKE_HEAD, false).map_err(|e| failed(e.reason().into()))?
+        {
+            if resp.status.is_informational() && resp.status != StatusCode::SWITCHING_PROTOCOLS {
+                continue;
+            }
+            return Ok((up, resp));
+        }
+        match read_more(&mut up.side.io, &mut up.side.buf).await {
+            Ok(0) => return Err(failed(Box::new(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)))),
+            Ok(_) => {}
+            Err(e) => return Err(failed(Box::new(e))),
+        }
     }
 }
 
