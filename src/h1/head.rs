@@ -116,12 +116,8 @@ pub fn parse_request(buf: &mut BytesMut, limit: usize) -> Result<Option<RequestH
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut []);
     let parsed = httparse::ParserConfig::default().parse_request_with_uninit_headers(&mut req, buf, &mut slots);
-    let len = match parsed {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) if buf.len() >= limit => return Err(HeadError::TooLarge),
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
-        Err(e) => return Err(HeadError::Malformed(parse_error(e))),
+    let Some(len) = head_length(parsed, buf.len(), limit)? else {
+        return Ok(None);
     };
     if len > limit {
         return Err(HeadError::TooLarge);
@@ -167,12 +163,8 @@ pub fn parse_response(buf: &mut BytesMut, limit: usize, head_request: bool) -> R
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut []);
     let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut resp, buf, &mut slots);
-    let len = match parsed {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) if buf.len() >= limit => return Err(HeadError::TooLarge),
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
-        Err(e) => return Err(HeadError::Malformed(parse_error(e))),
+    let Some(len) = head_length(parsed, buf.len(), limit)? else {
+        return Ok(None);
     };
     let status =
         StatusCode::from_u16(resp.code.unwrap_or_default()).map_err(|_| HeadError::Malformed("invalid status"))?;
@@ -196,6 +188,17 @@ pub fn parse_response(buf: &mut BytesMut, limit: usize, head_request: bool) -> R
     let framing = if bodiless { Framing::Length(0) } else { framing };
     let keep_alive = version == Version::HTTP_11 && !close;
     Ok(Some(ResponseHead { status, version, framing, keep_alive, raw, fields }))
+}
+
+/// The length of a head httparse has read: `None` while it is incomplete and under `limit`.
+fn head_length(parsed: httparse::Result<usize>, read: usize, limit: usize) -> Result<Option<usize>, HeadError> {
+    match parsed {
+        Ok(httparse::Status::Complete(len)) => Ok(Some(len)),
+        Ok(httparse::Status::Partial) if read >= limit => Err(HeadError::TooLarge),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(HeadError::TooManyHeaders),
+        Err(e) => Err(HeadError::Malformed(parse_error(e))),
+    }
 }
 
 /// Where a part of a head lies in it: its first byte and the one after its last.

@@ -104,16 +104,18 @@ async fn read_head<I: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<Option<RequestHead>, HeadError> {
     let deadline = tokio::time::sleep(idle);
     tokio::pin!(deadline);
+    // A head can only end with a line: a client trickling bytes gets one parse per line, not
+    // one per read (and httparse stops at its header limit), so a slow head costs little CPU.
+    let mut parse = !client.buf.is_empty();
     loop {
-        if !client.buf.is_empty()
-            && let Some(head) = parse_request(&mut client.buf, limit)?
-        {
+        if parse && let Some(head) = parse_request(&mut client.buf, limit)? {
             return Ok(Some(head));
         }
+        let before = client.buf.len();
         tokio::select! {
             read = client.read_more() => match read {
                 Ok(0) | Err(_) => return Ok(None),
-                Ok(_) => {}
+                Ok(_) => parse = memchr::memchr(b'\n', &client.buf[before..]).is_some() || client.buf.len() >= limit,
             },
             () = &mut deadline => {
                 tracing::debug!("no request head in time; connection closed");
