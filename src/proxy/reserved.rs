@@ -32,7 +32,21 @@ const DECODE_ROUNDS: usize = 3;
 /// or not, resolves dot segments or not and ends the path at a decoded `?` or not, is covered:
 /// when it puts the target under the prefix, so does one of the above (the tests check it).
 pub fn is_reserved(target: &str, prefix: &str) -> bool {
-    let mut text = Cow::Borrowed(path_of(target.as_bytes()));
+    let path = path_of(target.as_bytes());
+    // Every request runs this. Without a `%`, each reading's names are pieces of the path as
+    // written, so one that never holds the prefix's first segment reaches nothing.
+    if let Some(first) = prefix.split('/').find(|s| !s.is_empty())
+        && !path.contains(&b'%')
+        && !path.windows(first.len()).any(|w| w.eq_ignore_ascii_case(first.as_bytes()))
+    {
+        return false;
+    }
+    any_reading_reaches(path, prefix)
+}
+
+/// [`is_reserved`] for the path of a target, every reading tried.
+fn any_reading_reaches(path: &[u8], prefix: &str) -> bool {
+    let mut text = Cow::Borrowed(path);
     for round in 0..=DECODE_ROUNDS {
         if splits(&text, round > 0).any(|split| reaches(&text, prefix, split)) {
             return true;

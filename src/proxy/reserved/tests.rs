@@ -236,6 +236,14 @@ proptest! {
         prop_assert_eq!(is_reserved(&target, PREFIX), under, "{}", target);
     }
 
+    /// The shortcut taken for a path without `%` or the prefix's first segment never changes the
+    /// answer of trying every reading.
+    #[test]
+    fn the_shortcut_agrees_with_every_reading(target in prop_oneof![target(), "[ -~]{0,40}"]) {
+        let full = any_reading_reaches(path_of(target.as_bytes()), PREFIX);
+        prop_assert_eq!(is_reserved(&target, PREFIX), full, "{}", target);
+    }
+
     /// Arbitrary bytes never panic the guard.
     #[test]
     fn arbitrary_targets_never_panic(target in "[ -~]{0,64}") {
