@@ -281,6 +281,61 @@ async fn valid_chunk_extensions_are_accepted_and_the_body_arrives_whole() {
     println!("`5 \\r\\n` as a chunk size line: {:?}", out.statuses());
 }
 
+/// RFC 9110 7.6.1 has a proxy remove every field its `Connection` names, but the body's framing
+/// is roomgate's to write: a client that names `Content-Length` (or `Transfer-Encoding`) in
+/// `Connection` must not get its body forwarded without a length, where the backend would read
+/// it as the next request (a smuggled `GET /smuggled` past every check roomgate makes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn framing_fields_named_in_connection_still_frame_the_forwarded_body() {
+    let backend = RawBackend::echo().await;
+    let proxy = proxy_for(&backend, "").await;
+    let inner = "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+    let chunked = format!("Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{inner}\r\n0\r\n\r\n", inner.len());
+    let length = smuggling_upload("/{P}");
+    let cases = [
+        ("Connection: content-length", length.replacen("\r\n", "\r\nConnection: content-length\r\n", 1)),
+        (
+            "Connection: Content-Length, keep-alive",
+            length.replacen("\r\n", "\r\nConnection: Content-Length, keep-alive\r\n", 1),
+        ),
+        (
+            "Connection: transfer-encoding",
+            format!("POST /{{P}} HTTP/1.1\r\nHost: rooms.test\r\nConnection: transfer-encoding\r\n{chunked}"),
+        ),
+    ];
+    let mut failures = Failures::default();
+    for (i, (name, req)) in cases.iter().enumerate() {
+        let p = format!("conn{i}");
+        // A smuggled path of the same length per case, so that each case is judged on its own.
+        let smuggled = format!("/smuggle{i}");
+        let req = req.replace("{P}", &p).replace("/smuggled", &smuggled);
+        let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+        s.write_all(req.as_bytes()).await.unwrap();
+        let out = read_responses(&mut s, 1, LIMIT).await;
+        if out.statuses() != [200] {
+            failures.add(name, format!("got {:?}: {:?}", out.statuses(), out.text()));
+        }
+        // The next request on the same connection: answered as itself, and once it is, the
+        // backend has read everything the first one brought.
+        let next = format!("GET /{p}/next HTTP/1.1\r\nHost: rooms.test\r\n\r\n");
+        s.write_all(next.as_bytes()).await.unwrap();
+        let bodies: Vec<String> =
+            read_responses(&mut s, 1, LIMIT).await.responses().iter().map(|r| r.body_text()).collect();
+        if bodies != [format!("/{p}/next")] {
+            failures.add(name, format!("the next request got {bodies:?}"));
+        }
+        let seen = backend.requests();
+        match seen.iter().find(|r| r.head.path() == format!("/{p}")) {
+            Some(r) if r.body.as_ref().is_some_and(|b| b.starts_with(format!("GET {smuggled} ").as_bytes())) => {}
+            other => failures.add(name, format!("the backend read the body as {:?}", other.map(|r| &r.body))),
+        }
+        if seen.iter().any(|r| r.head.path() == smuggled) {
+            failures.add(name, "the body reached the backend as a request");
+        }
+    }
+    failures.check(cases.len());
+}
+
 // === 3. advisories ===
 
 /// A POST whose 40-byte body is a whole `GET /smuggled` request.

@@ -47,8 +47,16 @@ pub struct RequestHead {
     /// hop-by-hop header like the others: removed, and the request served as a plain one.
     pub upgrade: bool,
     /// The head as the client sent it (shared, not copied): what hyper reads again when the
-    /// connection is handed over.
+    /// connection is handed over, and where [`RequestHead::fields`] are.
     pub raw: Bytes,
+    fields: Fields,
+}
+
+impl RequestHead {
+    /// Every field (name and value, in order) as the client sent it.
+    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> + Clone {
+        self.fields.as_slice().iter().map(|(n, v)| (at(&self.raw, *n), at(&self.raw, *v)))
+    }
 }
 
 /// A response head from a backend.
@@ -66,7 +74,7 @@ pub struct ResponseHead {
 }
 
 /// Fields that describe one hop only (RFC 9110 section 7.6.1), and common non-standard ones.
-const HOP_BY_HOP: [&[u8]; 9] = [
+pub const HOP_BY_HOP: [&[u8]; 9] = [
     b"connection",
     b"keep-alive",
     b"proxy-connection",
@@ -84,17 +92,39 @@ impl ResponseHead {
         self.fields.as_slice().iter().map(|(n, v)| (at(&self.raw, *n), at(&self.raw, *v)))
     }
 
-    /// The end-to-end fields: all but the hop-by-hop ones and those `Connection` names.
+    /// The end-to-end fields: all but the hop-by-hop ones and those `Connection` names (never
+    /// the `Content-Length` that frames the body).
     pub fn end_to_end(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        let named: Vec<&[u8]> = self
-            .fields()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
-            .flat_map(|(_, v)| v.split(|&b| b == b','))
-            .map(<[u8]>::trim_ascii)
-            .filter(|t| !t.is_empty())
-            .collect();
+        let named =
+            named_by_connection(self.fields().filter(|(n, _)| n.eq_ignore_ascii_case(b"connection")).map(|f| f.1));
         self.fields().filter(move |(n, _)| !HOP_BY_HOP.iter().chain(&named).any(|h| n.eq_ignore_ascii_case(h)))
     }
+}
+
+/// The fields the `Connection` values (`values`) name, to be removed with it: each token of a
+/// value that is visible ASCII, less those that name no field of their own (`keep-alive`,
+/// `close`, `upgrade`) and less `Content-Length`, the body's framing, which a proxy keeps: without
+/// it a backend would read the body as the next request. Only a request with unusual tokens
+/// allocates.
+pub fn named_by_connection<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<&'a [u8]> {
+    const NOT_NAMES: [&[u8]; 5] = [b"keep-alive", b"close", b"upgrade", b"", b"content-length"];
+    values
+        .filter(|v| is_visible(v))
+        .flat_map(|v| v.split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|t| !NOT_NAMES.iter().any(|known| t.eq_ignore_ascii_case(known)))
+        .filter(|t| t.iter().all(|&b| is_token_byte(b)))
+        .collect()
+}
+
+/// A `tchar` of RFC 9110 section 5.6.2: what a field name is made of.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// What `HeaderValue::to_str` accepts: visible ASCII, space and tab.
+pub fn is_visible(value: &[u8]) -> bool {
+    value.iter().all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
 }
 
 impl HeadError {
@@ -154,6 +184,7 @@ pub fn parse_request(buf: &mut BytesMut, limit: usize) -> Result<Option<RequestH
         expect_continue,
         upgrade,
         raw: head,
+        fields,
     }))
 }
 

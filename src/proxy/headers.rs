@@ -7,6 +7,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Uri};
 
 use crate::forwarded::X_FORWARDED_FOR;
+use crate::h1::head::named_by_connection;
 
 /// Headers that describe one hop only (RFC 9110 section 7.6.1), plus common non-standard ones.
 const HOP_BY_HOP_COUNT: usize = 8;
@@ -26,7 +27,7 @@ pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-h
 static FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 pub static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 /// Client-address headers other proxies and CDNs set; from an untrusted peer they are lies.
-static CLIENT_ADDRESS: [HeaderName; 3] = [
+pub(crate) static CLIENT_ADDRESS: [HeaderName; 3] = [
     HeaderName::from_static("true-client-ip"),
     HeaderName::from_static("x-client-ip"),
     HeaderName::from_static("cf-connecting-ip"),
@@ -61,16 +62,11 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     if !present.contains(&true) {
         return;
     }
-    // Tokens that name no header of their own need no lookup (and no allocation).
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|t| !["keep-alive", "close", "upgrade", ""].iter().any(|known| t.eq_ignore_ascii_case(known)))
-        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
-        .collect();
+    let named: Vec<HeaderName> =
+        named_by_connection(headers.get_all(header::CONNECTION).iter().map(HeaderValue::as_bytes))
+            .into_iter()
+            .filter_map(|t| HeaderName::from_bytes(t).ok())
+            .collect();
     for name in &named {
         headers.remove(name);
     }
@@ -148,7 +144,7 @@ pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, trusted: bool, proto
 
 /// `ip` as text in `buf`. IPv4 addresses are written by hand: `Display` costs more than the
 /// rest of the forwarding headers together, on every request.
-fn address_text(ip: IpAddr, buf: &mut [u8; 45]) -> &str {
+pub(crate) fn address_text(ip: IpAddr, buf: &mut [u8; 45]) -> &str {
     match ip {
         IpAddr::V4(v4) => {
             let mut n = 0;

@@ -85,6 +85,8 @@ pub const CASES: &[(&str, &[u8])] = &[
     ("obs-text in a value", b"GET / HTTP/1.1\r\nHost: a\r\nX-A: b\xe9\xff c\r\nConnection: close\r\n\r\n"),
     ("leading space on first header", b"GET / HTTP/1.1\r\n Host: a\r\nConnection: close\r\n\r\n"),
     ("header named by Connection", b"GET / HTTP/1.1\r\nHost: a\r\nX-Hop: 1\r\nConnection: close, x-hop\r\n\r\n"),
+    ("Content-Length named by Connection", b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nConnection: close, content-length\r\n\r\nhello"),
+    ("Transfer-Encoding named by Connection", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close, Transfer-Encoding\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
     ("header named close", b"GET / HTTP/1.1\r\nHost: a\r\nClose: 1\r\nConnection: close\r\n\r\n"),
     ("no Host on HTTP/1.1", b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n"),
     ("two Hosts", b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n"),

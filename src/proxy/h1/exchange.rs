@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
-use http::request::Parts;
 use http::{Method, Request, StatusCode, Version};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use super::body::{Relayed, SendError, Side, Upload, read_more, relay_body, send_body};
+use super::forward::{self, Hop};
 use super::pool::UpConn;
 use crate::backends::Backend;
 use crate::directory::Use;
@@ -22,7 +22,7 @@ use crate::h1::{Framing, RequestHead, ResponseHead, parse_response, write};
 use crate::limits::Holds;
 use crate::metrics::RequestLabels;
 use crate::proxy::upload::Deadlines;
-use crate::proxy::{AccessRecord, Conn, Gateway, Prepared, Target, access_record, log_error, prepare_forward};
+use crate::proxy::{AccessRecord, Conn, Gateway, Prepared, Target, access_record, log_error};
 use crate::snapshot::Snapshot;
 
 /// Most bytes of a backend's response head.
@@ -50,7 +50,7 @@ impl Gateway {
     /// `client.buf`). Never fails: errors are answered here and logged once.
     pub(crate) async fn serve_h1<I>(
         self: &Arc<Self>,
-        head: RequestHead,
+        mut head: RequestHead,
         client: &mut Side<I>,
         conn: Conn,
         stop: &CancellationToken,
@@ -68,16 +68,16 @@ impl Gateway {
             keep_alive: head.keep_alive,
         };
         let mut req = Request::new(());
-        *req.method_mut() = head.method;
-        *req.uri_mut() = head.uri;
+        *req.method_mut() = head.method.clone();
+        *req.uri_mut() = head.uri.clone();
         *req.version_mut() = head.version;
-        *req.headers_mut() = head.headers;
+        *req.headers_mut() = std::mem::take(&mut head.headers);
         let (mut route, mut backend) = (self.none.clone(), self.none.clone());
         let prepared = self.prepare(&snap, &req, conn, &mut record, &mut route, &mut backend).await;
+        drop(req);
         let result = match prepared {
             Ok(Prepared::Send { target, holds }) => {
-                let (parts, ()) = req.into_parts();
-                self.exchange(&snap, parts, &ask, &target, holds, client, conn, &mut record, stop).await
+                self.exchange(&snap, &head, &ask, &target, holds, client, conn, &mut record, stop).await
             }
             // Only a WebSocket handshake waits for its first message, and those go to hyper.
             Ok(Prepared::Djust { .. }) => Err(ClientError::NoRoute.into()),
@@ -105,7 +105,7 @@ impl Gateway {
     async fn exchange<I>(
         &self,
         snap: &Snapshot,
-        mut parts: Parts,
+        request: &RequestHead,
         ask: &Ask,
         target: &Target,
         holds: Holds,
@@ -118,14 +118,15 @@ impl Gateway {
         I: AsyncRead + AsyncWrite + Unpin,
     {
         let config = &snap.config;
-        prepare_forward(&mut parts, conn, config);
         let _presence = self.presence(target, Use::Request);
         let _holds = holds;
         let backend = &target.backend;
         let started = Instant::now();
         let mut head = Vec::with_capacity(512);
-        let target_text = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        write::request_head(&mut head, &parts.method, target_text, &parts.headers, ask.framing);
+        let target_text = request.uri.path_and_query().map_or("/", |p| p.as_str());
+        let trusted = crate::forwarded::is_trusted(conn.client.ip(), &config.server.trusted_proxies);
+        let hop = Hop { peer: conn.client.ip(), trusted, proto: conn.scheme.as_str() };
+        forward::request_head(&mut head, &request.method, target_text, request.fields(), ask.framing, hop);
         let t = &config.timeouts;
         let counted = record.as_ref().map(|r| r.bytes_in.clone());
         let upload = Upload {

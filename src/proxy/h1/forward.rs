@@ -1,0 +1,120 @@
+//! The request head a backend receives on roomgate's HTTP/1 path, written from the client's own
+//! field lines: the same rules [`headers`](crate::proxy::headers) applies to a header map
+//! (hop-by-hop fields and those `Connection` names removed, `X-Forwarded-*` set or extended),
+//! applied on the raw bytes with no map built, then the framing roomgate reads the body with.
+
+use std::net::IpAddr;
+
+use http::Method;
+
+use crate::h1::Framing;
+use crate::h1::head::{HOP_BY_HOP, is_visible, named_by_connection};
+use crate::proxy::headers::{CLIENT_ADDRESS, address_text};
+
+/// Who the request came from, as the forwarding fields say it.
+#[derive(Clone, Copy, Debug)]
+pub struct Hop {
+    pub peer: IpAddr,
+    /// A trusted proxy: its forwarding fields are kept and extended, not replaced.
+    pub trusted: bool,
+    /// `http` or `https`: how the client reached roomgate.
+    pub proto: &'static str,
+}
+
+/// Writes the head for a backend into `out`: `method`, the origin-form `target`, HTTP/1.1, the
+/// client's `fields` (name and value, in order) less what this hop removes, the forwarding
+/// fields, and `transfer-encoding: chunked` for a chunked body. A `Content-Length` is the
+/// body's framing, so it stays even when `Connection` names it (the body follows either way).
+pub fn request_head<'a, F>(out: &mut Vec<u8>, method: &Method, target: &str, fields: F, framing: Framing, hop: Hop)
+where
+    F: Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
+{
+    let named = named_by_connection(fields.clone().filter(|(n, _)| n.eq_ignore_ascii_case(b"connection")).map(|f| f.1));
+    let named = &named;
+    let kept = fields.filter(move |(n, _)| !HOP_BY_HOP.iter().chain(named).any(|h| n.eq_ignore_ascii_case(h)));
+    let seen = Seen::of(kept.clone());
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in kept.clone().filter(|(n, _)| !replaced(n, hop.trusted)) {
+        field(out, name, value);
+    }
+    let mut text = [0u8; 45];
+    let peer = address_text(hop.peer, &mut text).as_bytes();
+    forwarded_for(out, kept.clone(), peer, hop.trusted && seen.xff);
+    if !hop.trusted || !seen.xfp {
+        field(out, b"x-forwarded-proto", hop.proto.as_bytes());
+    }
+    if (!hop.trusted || !seen.xfh)
+        && let Some((_, host)) = kept.clone().find(|(n, _)| n.eq_ignore_ascii_case(b"host"))
+    {
+        field(out, b"x-forwarded-host", host);
+    }
+    if !hop.trusted {
+        // nginx's convention: X-Real-IP is the address the proxy saw.
+        field(out, b"x-real-ip", peer);
+    }
+    if framing == Framing::Chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Which forwarding fields the client's kept fields hold.
+struct Seen {
+    xff: bool,
+    xfp: bool,
+    xfh: bool,
+}
+
+impl Seen {
+    fn of<'a>(fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Seen {
+        let mut seen = Seen { xff: false, xfp: false, xfh: false };
+        for (name, _) in fields {
+            seen.xff |= name.eq_ignore_ascii_case(b"x-forwarded-for");
+            seen.xfp |= name.eq_ignore_ascii_case(b"x-forwarded-proto");
+            seen.xfh |= name.eq_ignore_ascii_case(b"x-forwarded-host");
+        }
+        seen
+    }
+}
+
+/// Whether the client's field `name` is dropped because this hop writes its own: always
+/// `X-Forwarded-For` (rewritten whole, extended from a trusted proxy); from anyone else, the
+/// other forwarding fields and the client-address fields too.
+fn replaced(name: &[u8], trusted: bool) -> bool {
+    if name.eq_ignore_ascii_case(b"x-forwarded-for") {
+        return true;
+    }
+    !trusted
+        && [&b"x-forwarded-proto"[..], b"x-forwarded-host", b"x-real-ip", b"forwarded"]
+            .into_iter()
+            .chain(CLIENT_ADDRESS.iter().map(|n| n.as_str().as_bytes()))
+            .any(|r| name.eq_ignore_ascii_case(r))
+}
+
+/// `X-Forwarded-For`: the peer, after the values a trusted proxy sent (`extend`) that are
+/// visible ASCII.
+fn forwarded_for<'a>(out: &mut Vec<u8>, fields: impl Iterator<Item = (&'a [u8], &'a [u8])>, peer: &[u8], extend: bool) {
+    out.extend_from_slice(b"x-forwarded-for: ");
+    if extend {
+        let earlier = fields.filter(|(n, v)| n.eq_ignore_ascii_case(b"x-forwarded-for") && is_visible(v));
+        for (_, value) in earlier {
+            out.extend_from_slice(value);
+            out.extend_from_slice(b", ");
+        }
+    }
+    out.extend_from_slice(peer);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests;
