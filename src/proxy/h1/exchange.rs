@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use super::body::{Relayed, SendError, Side, Upload, read_more, relay_body, send_body};
-use super::forward::{self, Hop};
+use super::forward::{self, Client, Hop};
 use super::pool::UpConn;
 use crate::backends::Backend;
 use crate::directory::Use;
@@ -126,7 +126,9 @@ impl Gateway {
         let target_text = request.uri.path_and_query().map_or("/", |p| p.as_str());
         let trusted = crate::forwarded::is_trusted(conn.client.ip(), &config.server.trusted_proxies);
         let hop = Hop { peer: conn.client.ip(), trusted, proto: conn.scheme.as_str() };
-        forward::request_head(&mut head, &request.method, target_text, request.fields(), ask.framing, hop);
+        let client_head =
+            Client { method: &request.method, target: target_text, raw: &request.raw, fields: request.fields() };
+        forward::request_head(&mut head, client_head, ask.framing, hop);
         let t = &config.timeouts;
         let counted = record.as_ref().map(|r| r.bytes_in.clone());
         let upload = Upload {

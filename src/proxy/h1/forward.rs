@@ -21,14 +21,29 @@ pub struct Hop {
     pub proto: &'static str,
 }
 
-/// Writes the head for a backend into `out`: `method`, the origin-form `target`, HTTP/1.1, the
-/// client's `fields` (name and value, in order) less what this hop removes, the forwarding
-/// fields, and `transfer-encoding: chunked` for a chunked body. A `Content-Length` is the
-/// body's framing, so it stays even when `Connection` names it (the body follows either way).
-pub fn request_head<'a, F>(out: &mut Vec<u8>, method: &Method, target: &str, fields: F, framing: Framing, hop: Hop)
+/// The client's request as [`request_head`] reads it.
+pub struct Client<'a, F> {
+    pub method: &'a Method,
+    /// The origin-form target.
+    pub target: &'a str,
+    /// The head's bytes, where `fields` lie.
+    pub raw: &'a [u8],
+    /// Each field's name and value, in order: slices of `raw`.
+    pub fields: F,
+}
+
+/// Writes the head for a backend into `out`: the client's method and target, HTTP/1.1, the
+/// client's fields less what this hop removes, the forwarding fields, and
+/// `transfer-encoding: chunked` for a chunked body. A `Content-Length` is the body's framing, so
+/// it stays even when `Connection` names it (the body follows either way).
+///
+/// Field lines the client ended with CRLF right after the value are copied as they came, each
+/// unbroken run of kept lines in one piece; the others are written again, normalised.
+pub fn request_head<'a, F>(out: &mut Vec<u8>, client: Client<'a, F>, framing: Framing, hop: Hop)
 where
     F: Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
 {
+    let Client { method, target, raw, fields } = client;
     let named = named_by_connection(fields.clone().filter(|(n, _)| n.eq_ignore_ascii_case(b"connection")).map(|f| f.1));
     let named = &named;
     let kept = fields.filter(move |(n, _)| !HOP_BY_HOP.iter().chain(named).any(|h| n.eq_ignore_ascii_case(h)));
@@ -37,9 +52,11 @@ where
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut lines = Lines { raw, run: None };
     for (name, value) in kept.clone().filter(|(n, _)| !replaced(n, hop.trusted)) {
-        field(out, name, value);
+        lines.add(out, name, value);
     }
+    lines.flush(out);
     let mut text = [0u8; 45];
     let peer = address_text(hop.peer, &mut text).as_bytes();
     forwarded_for(out, kept.clone(), peer, hop.trusted && seen.xff);
@@ -59,6 +76,40 @@ where
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// Kept field lines, copied from the client's head in unbroken runs.
+struct Lines<'a> {
+    raw: &'a [u8],
+    /// The run of lines not written yet: where it starts and ends in `raw`.
+    run: Option<(usize, usize)>,
+}
+
+impl Lines<'_> {
+    /// Adds the line of the field `name: value` (slices of `raw`).
+    fn add(&mut self, out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+        let base = self.raw.as_ptr() as usize;
+        let start = (name.as_ptr() as usize).wrapping_sub(base);
+        let end = (value.as_ptr() as usize).wrapping_sub(base).wrapping_add(value.len()).saturating_add(2);
+        let whole = self.raw.get(start..end).is_some_and(|line| line.ends_with(b"\r\n"));
+        match self.run {
+            Some((from, to)) if whole && to == start => self.run = Some((from, end)),
+            _ if whole => {
+                self.flush(out);
+                self.run = Some((start, end));
+            }
+            _ => {
+                self.flush(out);
+                field(out, name, value);
+            }
+        }
+    }
+
+    fn flush(&mut self, out: &mut Vec<u8>) {
+        if let Some(run) = self.run.take().and_then(|(from, to)| self.raw.get(from..to)) {
+            out.extend_from_slice(run);
+        }
+    }
 }
 
 /// Which forwarding fields the client's kept fields hold.
