@@ -12,11 +12,13 @@ pub mod pool;
 pub mod rewind;
 mod upgrade;
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 
 use self::body::Side;
@@ -53,9 +55,13 @@ where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let mut client = Side::new(io, first);
+    // One timer for every head the connection reads: moved later for each, which costs no
+    // trip to the timer wheel (only a deadline reached re-registers it).
+    let mut deadline = Box::pin(tokio::time::sleep(idle));
     loop {
         let limit = head_limit(gateway);
-        let head = match read_head(&mut client, limit, idle, stop).await {
+        deadline.as_mut().reset(tokio::time::Instant::now() + idle);
+        let head = match read_head(&mut client, limit, deadline.as_mut(), stop).await {
             Ok(Some(head)) => head,
             Ok(None) => break,
             Err(e) => {
@@ -95,16 +101,14 @@ fn head_limit(gateway: &Gateway) -> usize {
     limits.max_request_head.saturating_mul(2).max(16 * 1024) + 16 * 1024
 }
 
-/// The next request head. `None`: the client closed, went quiet for `idle`, or `stop` came
+/// The next request head. `None`: the client closed, went quiet until `deadline`, or `stop` came
 /// between requests.
 async fn read_head<I: AsyncRead + AsyncWrite + Unpin>(
     client: &mut Side<I>,
     limit: usize,
-    idle: Duration,
+    mut deadline: Pin<&mut Sleep>,
     stop: &CancellationToken,
 ) -> Result<Option<RequestHead>, HeadError> {
-    let deadline = tokio::time::sleep(idle);
-    tokio::pin!(deadline);
     // A head can only end with a line: a client trickling bytes gets one parse per line, not
     // one per read (and httparse stops at its header limit), so a slow head costs little CPU.
     let mut parse = !client.buf.is_empty();
@@ -118,7 +122,7 @@ async fn read_head<I: AsyncRead + AsyncWrite + Unpin>(
                 Ok(0) | Err(_) => return Ok(None),
                 Ok(_) => parse = memchr::memchr(b'\n', &client.buf[before..]).is_some() || client.buf.len() >= limit,
             },
-            () = &mut deadline => {
+            () = deadline.as_mut() => {
                 tracing::debug!("no request head in time; connection closed");
                 return Ok(None);
             }
