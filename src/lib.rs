@@ -37,6 +37,7 @@ pub mod directory;
 pub mod discovery;
 pub mod djust;
 pub mod error;
+pub mod fields;
 mod forwarded;
 pub mod h1;
 pub mod limits;

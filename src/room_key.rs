@@ -12,7 +12,9 @@ use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
-use http::{HeaderMap, HeaderName, Uri, header};
+use http::{HeaderMap, HeaderName, Uri};
+
+use crate::fields::Fields;
 use regex::Regex;
 
 use self::read::Refusal;
@@ -58,10 +60,10 @@ pub struct Found<'a> {
 }
 
 /// A borrowed view of the parts of a request that can carry a room key.
-#[derive(Clone, Copy, Debug)]
-pub struct RequestView<'a> {
+#[derive(Debug)]
+pub struct RequestView<'a, F: ?Sized = HeaderMap> {
     pub uri: &'a Uri,
-    pub headers: &'a HeaderMap,
+    pub headers: &'a F,
 }
 
 /// A key was present but is not a valid room key.
@@ -140,7 +142,10 @@ pub struct SourceParseError {
 /// invalid key, or carried it ambiguously (twice, or where the backend would read it otherwise);
 /// it is never placed, and later sources are not consulted, so a bad key cannot be silently
 /// replaced by another one.
-pub fn extract<'a>(sources: &[KeySource], req: &RequestView<'a>) -> Result<Option<Found<'a>>, ExtractError> {
+pub fn extract<'a, F: Fields + ?Sized>(
+    sources: &[KeySource],
+    req: &RequestView<'a, F>,
+) -> Result<Option<Found<'a>>, ExtractError> {
     let mut head = read::Head::default();
     for (index, source) in sources.iter().enumerate() {
         let key = match read::key(source, req, &mut head) {
@@ -244,17 +249,11 @@ pub fn is_cookie_name(name: &str) -> bool {
 
 /// The raw value of cookie `name` in the request's Cookie headers, the first if there are
 /// several: for the affinity cookie and the demo. A key is read by [`extract`], which refuses two.
-pub fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    find_cookie(headers, name)
-}
-
-fn find_cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|line| line.split(';')).find_map(
-        |pair| {
-            let (n, v) = pair.split_once('=')?;
-            (n.trim() == name).then(|| strip_quotes(v.trim()))
-        },
-    )
+pub fn cookie_value<'a, F: Fields + ?Sized>(headers: &'a F, name: &str) -> Option<&'a str> {
+    headers.values("cookie").filter_map(crate::fields::text).flat_map(|line| line.split(';')).find_map(|pair| {
+        let (n, v) = pair.split_once('=')?;
+        (n.trim() == name).then(|| strip_quotes(v.trim()))
+    })
 }
 
 fn strip_quotes(v: &str) -> &str {

@@ -5,7 +5,6 @@
 use std::mem::MaybeUninit;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
 
 use super::framing::{Framing, FramingError, framing};
@@ -35,7 +34,6 @@ pub struct RequestHead {
     pub method: Method,
     pub uri: Uri,
     pub version: Version,
-    pub headers: HeaderMap,
     pub framing: Framing,
     /// The client lets the connection stay open after this request (HTTP/1.1 without
     /// `Connection: close`; HTTP/1.0 connections always close after one request).
@@ -56,6 +54,25 @@ impl RequestHead {
     /// Every field (name and value, in order) as the client sent it.
     pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> + Clone {
         self.fields.as_slice().iter().map(|(n, v)| (at(&self.raw, *n), at(&self.raw, *v)))
+    }
+}
+
+/// The request path reads the fields where they lie: no header map is built.
+impl crate::fields::Fields for RequestHead {
+    fn values<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a [u8]> {
+        self.fields().filter(move |(n, _)| n.eq_ignore_ascii_case(name.as_bytes())).map(|(_, v)| v)
+    }
+
+    fn names(&self) -> impl Iterator<Item = &[u8]> {
+        self.fields().map(|(n, _)| n)
+    }
+
+    fn count(&self) -> usize {
+        self.fields.as_slice().len()
+    }
+
+    fn wire_size(&self) -> usize {
+        self.fields().map(|(n, v)| n.len() + 2 + v.len() + 2).sum()
     }
 }
 
@@ -161,24 +178,25 @@ pub fn parse_request(buf: &mut BytesMut, limit: usize) -> Result<Option<RequestH
     let head = buf.split_to(len).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target.0 as usize..target.1 as usize))
         .map_err(|_| HeadError::Malformed("invalid request target"))?;
-    let headers = header_map(&head, fields.as_slice(), 6)?;
-    let framing = framing(
-        headers.get_all(header::CONTENT_LENGTH).iter().map(HeaderValue::as_bytes),
-        headers.get_all(header::TRANSFER_ENCODING).iter().map(HeaderValue::as_bytes),
-        version == Version::HTTP_10,
-        true,
-    )?;
-    let close = has_token(&headers, header::CONNECTION, "close");
-    let upgrade = (has_token(&headers, header::CONNECTION, "upgrade")
-        && has_token(&headers, header::UPGRADE, "websocket"))
-        || method == Method::CONNECT;
-    let expect_continue =
-        headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let (raw_ref, spans) = (&head, fields.as_slice());
+    let named = |name: &'static [u8]| {
+        spans.iter().filter(move |(n, _)| at(raw_ref, *n).eq_ignore_ascii_case(name)).map(move |(_, v)| at(raw_ref, *v))
+    };
+    // What `HeaderValue` refuses and httparse lets through.
+    if spans.iter().any(|(_, v)| at(raw_ref, *v).contains(&0x7f)) {
+        return Err(HeadError::Malformed("invalid header value"));
+    }
+    let framing = framing(named(b"content-length"), named(b"transfer-encoding"), version == Version::HTTP_10, true)?;
+    let has = |name: &'static [u8], token: &[u8]| {
+        named(name).flat_map(|v| v.split(|&b| b == b',')).any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+    };
+    let close = has(b"connection", b"close");
+    let upgrade = (has(b"connection", b"upgrade") && has(b"upgrade", b"websocket")) || method == Method::CONNECT;
+    let expect_continue = named(b"expect").next().is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
     Ok(Some(RequestHead {
         method,
         uri,
         version,
-        headers,
         framing,
         keep_alive: version == Version::HTTP_11 && !close,
         expect_continue,
@@ -280,28 +298,6 @@ impl Fields {
             Fields::Many(many) => many,
         }
     }
-}
-
-/// The headers of `head`, their values sharing its bytes.
-/// `spare`: room for the headers roomgate adds, so that adding them does not grow the map.
-fn header_map(head: &Bytes, fields: &[(Span, Span)], spare: usize) -> Result<HeaderMap, HeadError> {
-    let mut headers = HeaderMap::with_capacity(fields.len() + spare);
-    for (name, value) in fields {
-        let name = HeaderName::from_bytes(at(head, *name)).map_err(|_| HeadError::Malformed("invalid header name"))?;
-        let value = HeaderValue::from_maybe_shared(head.slice(value.0 as usize..value.1 as usize))
-            .map_err(|_| HeadError::Malformed("invalid header value"))?;
-        headers.append(name, value);
-    }
-    Ok(headers)
-}
-
-/// Whether a `name` header (a list) has `token`.
-fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
-    headers
-        .get_all(name)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
 }
 
 fn parse_error(e: httparse::Error) -> &'static str {

@@ -6,10 +6,10 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Mutex;
 
-use http::HeaderMap;
+use crate::fields::Fields;
 use ipnet::IpNet;
 
-use crate::forwarded::{X_FORWARDED_FOR, is_trusted};
+use crate::forwarded::is_trusted;
 use crate::lock::lock;
 
 /// What one client is, for the per-address limit: an IPv4 address (an IPv4-mapped IPv6 one
@@ -48,8 +48,8 @@ impl fmt::Display for AddrKey {
 /// itself a trusted proxy (the nearest trusted proxy wrote it; what stands to its left, the
 /// client could have written). Every hop trusted: the first one. A hop that is not an address
 /// (`unknown`, garbage): the trusted hop that wrote it. No header: `peer` itself.
-pub fn forwarded_client(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr {
-    let values: Vec<&str> = headers.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()).collect();
+pub fn forwarded_client<F: Fields + ?Sized>(peer: IpAddr, headers: &F, trusted: &[IpNet]) -> IpAddr {
+    let values: Vec<&str> = headers.values("x-forwarded-for").filter_map(crate::fields::text).collect();
     let mut client = peer;
     for hop in values.iter().rev().flat_map(|v| v.rsplit(',')) {
         let Some(ip) = parse_hop(hop.trim()) else { return client };
@@ -137,7 +137,8 @@ impl PerAddress {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
+    use crate::forwarded::X_FORWARDED_FOR;
+    use http::{HeaderMap, HeaderValue};
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use http::HeaderMap;
+use crate::fields::Fields;
 
 pub use addr::{AddrKey, PerAddress, forwarded_client};
 pub use held::{Held, HeldBody, Holds, hold_body};
@@ -113,10 +113,10 @@ impl Admission {
     /// proxy and `limits.max_connections_per_ip` is set, counted against the client it forwards
     /// ([`forwarded_client`]) until the ticket drops. `None`: nothing to count. Boxed: it is
     /// rare, and a tunnel keeps it in a future whose size counts.
-    pub fn admit_forwarded(
+    pub fn admit_forwarded<F: Fields + ?Sized>(
         self: &Arc<Self>,
         peer: IpAddr,
-        headers: &HeaderMap,
+        headers: &F,
         config: &Config,
     ) -> Result<Option<Box<AddrTicket>>, LimitError> {
         let Some(max) = config.limits.max_connections_per_ip else { return Ok(None) };
@@ -179,6 +179,7 @@ pub fn refused(metrics: &Metrics, err: LimitError, who: &dyn Display) -> LimitEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderMap;
 
     fn snapshot(limits: &str) -> Snapshot {
         let text = format!(

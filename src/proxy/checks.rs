@@ -2,34 +2,34 @@
 //! hand-off path, a route its decoding agrees with, and for a WebSocket handshake a GET without a
 //! body.
 
-use ::http::header;
-use ::http::{Request, Version};
+use ::http::Version;
 
 use super::{headers, reserved};
 use crate::config::{Config, Route};
 use crate::error::ClientError;
+use crate::fields::{Fields, Head};
 
 /// Request heads over the configured limits get 431 (hyper itself cuts heads far over it); two
 /// Host headers, or none in an HTTP/1.1 request, 400; a path a backend could read as the hand-off
 /// endpoints' (`[handoff] path`, or its default when hand-off is off), 404. Every request runs
 /// it, on every listener and protocol, WebSocket handshakes and djust sockets included.
-pub(super) fn check_head<B>(req: &Request<B>, config: &Config) -> Result<(), ClientError> {
+pub(super) fn check_head<F: Fields + ?Sized>(req: &Head<'_, F>, config: &Config) -> Result<(), ClientError> {
     let limits = &config.limits;
-    let count = req.headers().len();
+    let count = req.fields.count();
     if count > limits.max_headers {
         return Err(ClientError::TooManyHeaders { count, limit: limits.max_headers });
     }
-    let size = headers::request_head_size(req.method(), req.uri(), req.headers());
+    let size = headers::request_head_size(req.method, req.uri, req.fields);
     if size > limits.max_request_head {
         return Err(ClientError::HeadTooLarge { size, limit: limits.max_request_head });
     }
-    let mut hosts = req.headers().get_all(header::HOST).iter();
+    let mut hosts = req.fields.values("host");
     match (hosts.next(), hosts.next()) {
         (_, Some(_)) => return Err(ClientError::BadHead("two Host headers")),
-        (None, None) if req.version() == Version::HTTP_11 => return Err(ClientError::BadHead("no Host header")),
+        (None, None) if req.version == Version::HTTP_11 => return Err(ClientError::BadHead("no Host header")),
         _ => {}
     }
-    if reserved::is_reserved(req.uri().path(), config.handoff_path()) {
+    if reserved::is_reserved(req.uri.path(), config.handoff_path()) {
         return Err(ClientError::Reserved);
     }
     Ok(())
@@ -51,12 +51,12 @@ pub(super) fn route<'c>(config: &'c Config, path: &str) -> Result<(usize, &'c Ro
 
 /// A WebSocket handshake is a GET with no body (RFC 6455 section 4.1). One that announces a body
 /// would hold the backend's connection waiting for bytes that never come.
-pub(super) fn check_handshake<B>(req: &Request<B>) -> Result<(), ClientError> {
-    if req.method() != ::http::Method::GET {
+pub(super) fn check_handshake<F: Fields + ?Sized>(req: &Head<'_, F>) -> Result<(), ClientError> {
+    if *req.method != ::http::Method::GET {
         return Err(ClientError::BadHandshake("a WebSocket handshake must be a GET"));
     }
-    let h = req.headers();
-    if h.contains_key(header::TRANSFER_ENCODING) || h.get_all(header::CONTENT_LENGTH).iter().any(|v| v != "0") {
+    let f = req.fields;
+    if f.has("transfer-encoding") || f.values("content-length").any(|v| v != b"0") {
         return Err(ClientError::BadHandshake("a WebSocket handshake carries no body"));
     }
     Ok(())

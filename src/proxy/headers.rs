@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Uri};
 
+use crate::fields::{Fields, has_token};
 use crate::forwarded::X_FORWARDED_FOR;
 use crate::h1::head::named_by_connection;
 
@@ -34,16 +35,8 @@ pub(crate) static CLIENT_ADDRESS: [HeaderName; 3] = [
 ];
 
 /// True for a WebSocket handshake: `Connection: upgrade` and `Upgrade: websocket`.
-pub fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
-    let has_token = |name: &HeaderName, token: &str| {
-        headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
-    };
-    has_token(&header::CONNECTION, "upgrade") && has_token(&header::UPGRADE, "websocket")
+pub fn is_websocket_upgrade<F: Fields + ?Sized>(fields: &F) -> bool {
+    has_token(fields, "connection", "upgrade") && has_token(fields, "upgrade", "websocket")
 }
 
 /// Removes hop-by-hop headers, including every header the `Connection` header names. `Upgrade`
@@ -197,13 +190,12 @@ pub fn from_http2(headers: &mut HeaderMap, uri: &Uri) {
 
 /// Size of the request head as the client sent it (request line and header lines), give or take
 /// the exact whitespace.
-pub fn request_head_size(method: &Method, uri: &Uri, headers: &HeaderMap) -> usize {
+pub fn request_head_size<F: Fields + ?Sized>(method: &Method, uri: &Uri, fields: &F) -> usize {
     let uri_len = uri.scheme_str().map_or(0, |s| s.len() + 3)
         + uri.authority().map_or(0, |a| a.as_str().len())
         + uri.path_and_query().map_or(1, |p| p.as_str().len());
     let line = method.as_str().len() + 1 + uri_len + 11;
-    let fields: usize = headers.iter().map(|(n, v)| n.as_str().len() + 2 + v.len() + 2).sum();
-    line + fields + 2
+    line + fields.wire_size() + 2
 }
 
 #[cfg(test)]

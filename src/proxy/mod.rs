@@ -38,6 +38,7 @@ use crate::backends::Backend;
 use crate::config::{Config, OnMissing, Route, RouteMode};
 use crate::directory::{Presence, RoomDirectory, Use};
 use crate::error::{BackendError, ClientError, ProxyError, respond};
+use crate::fields::{Fields, Head};
 use crate::limits::{self, Admission, Holds};
 use crate::metrics::{Metrics, RequestLabels};
 use crate::relay::{TunnelOptions, Tunnels};
@@ -187,17 +188,18 @@ impl Gateway {
     ) -> Result<Response<ResponseBody>, ProxyError> {
         let client = conn.client;
         let config = &snap.config;
-        let (target, mut holds) = match self.prepare(snap, &req, conn, record, route_label, backend_label).await? {
-            Prepared::Send { target, holds } => (target, holds),
-            Prepared::Djust { regex, on_missing, forwarded } => {
-                let client_upgrade = hyper::upgrade::on(&mut req);
-                let (mut parts, _body) = req.into_parts();
-                prepare_forward(&mut parts, conn, config);
-                let holds = Holds { conn: parts.extensions.remove(), addr: forwarded, backend: None };
-                let resp = djust::accept(self, parts, client_upgrade, regex, on_missing, client, holds)?;
-                return Ok(resp.map(ResponseBody::local));
-            }
-        };
+        let (target, mut holds) =
+            match self.prepare(snap, &Head::from(&req), conn, record, route_label, backend_label).await? {
+                Prepared::Send { target, holds } => (target, holds),
+                Prepared::Djust { regex, on_missing, forwarded } => {
+                    let client_upgrade = hyper::upgrade::on(&mut req);
+                    let (mut parts, _body) = req.into_parts();
+                    prepare_forward(&mut parts, conn, config);
+                    let holds = Holds { conn: parts.extensions.remove(), addr: forwarded, backend: None };
+                    let resp = djust::accept(self, parts, client_upgrade, regex, on_missing, client, holds)?;
+                    return Ok(resp.map(ResponseBody::local));
+                }
+            };
         let websocket = headers::is_websocket_upgrade(req.headers());
         let client_upgrade = websocket.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
@@ -225,10 +227,10 @@ impl Gateway {
     /// The steps every request takes before anything is sent, on every protocol: the head's
     /// checks, the route, the forwarded-address limit, the backend (the room's owner or the
     /// shared pool) and a connection slot on it.
-    async fn prepare<B>(
+    async fn prepare<F: Fields + Sync + ?Sized>(
         &self,
         snap: &Snapshot,
-        req: &Request<B>,
+        req: &Head<'_, F>,
         conn: Conn,
         record: &mut Option<Box<AccessRecord>>,
         route_label: &mut Arc<str>,
@@ -237,12 +239,12 @@ impl Gateway {
         let client = conn.client;
         let config = &snap.config;
         check_head(req, config)?;
-        if headers::is_websocket_upgrade(req.headers()) {
+        if headers::is_websocket_upgrade(req.fields) {
             check_handshake(req)?;
         }
-        let forwarded = (self.admission.admit_forwarded(client.ip(), req.headers(), config))
+        let forwarded = (self.admission.admit_forwarded(client.ip(), req.fields, config))
             .map_err(|e| limits::refused(&self.metrics, e, &client))?;
-        let (route_index, route) = route(config, req.uri().path())?;
+        let (route_index, route) = route(config, req.uri.path())?;
         *route_label = snap.route_labels[route_index].clone();
         let secure = is_secure(req, conn, config);
         let Some(target) = self.choose(snap, route, req, secure).await? else {
@@ -264,11 +266,11 @@ impl Gateway {
 
     /// Picks the backend: the room's owner on a room route, the shared pool otherwise. `None`: a
     /// WebSocket whose room is in its first message (a `djust:` source), not known yet.
-    async fn choose<B>(
+    async fn choose<F: Fields + Sync + ?Sized>(
         &self,
         snap: &Snapshot,
         route: &Route,
-        req: &Request<B>,
+        req: &Head<'_, F>,
         secure: bool,
     ) -> Result<Option<Target>, ProxyError> {
         let shared = || -> Result<Option<Target>, ProxyError> {
@@ -278,13 +280,13 @@ impl Gateway {
         if route.mode == RouteMode::Shared {
             return shared();
         }
-        let view = RequestView { uri: req.uri(), headers: req.headers() };
+        let view = RequestView { uri: req.uri, headers: req.fields };
         let found = room_key::extract(&route.keys, &view).map_err(|e| match e {
             ExtractError::Bad(e) => ClientError::BadKey(e),
             ambiguous @ ExtractError::Ambiguous { .. } => ClientError::Ambiguous(ambiguous.to_string()),
         })?;
         let Some(found) = found else {
-            if route.djust().is_some() && headers::is_websocket_upgrade(req.headers()) {
+            if route.djust().is_some() && headers::is_websocket_upgrade(req.fields) {
                 return Ok(None);
             }
             return match route.on_missing {
@@ -297,7 +299,7 @@ impl Gateway {
             };
         };
         let key = found.key.as_str();
-        let backend = self.owner(snap, key, headers::is_websocket_upgrade(req.headers())).await?;
+        let backend = self.owner(snap, key, headers::is_websocket_upgrade(req.fields)).await?;
         let set_cookie = route.affinity_cookie.as_deref().and_then(|name| affinity_cookie(req, name, key, secure));
         Ok(Some(Target { backend, room: Some(key.to_owned()), set_cookie }))
     }
@@ -359,16 +361,16 @@ fn prepare_forward(parts: &mut Parts, conn: Conn, config: &Config) {
 
 /// Whether the client reached us over TLS: on a TLS listener, or through a trusted proxy that
 /// says so in `X-Forwarded-Proto`.
-fn is_secure<B>(req: &Request<B>, conn: Conn, config: &Config) -> bool {
+fn is_secure<F: Fields + ?Sized>(req: &Head<'_, F>, conn: Conn, config: &Config) -> bool {
     conn.scheme == Scheme::Https
-        || (req.headers().get(&headers::X_FORWARDED_PROTO).is_some_and(|p| p.as_bytes().eq_ignore_ascii_case(b"https"))
+        || (req.fields.first("x-forwarded-proto").is_some_and(|p| p.eq_ignore_ascii_case(b"https"))
             && crate::forwarded::is_trusted(conn.client.ip(), &config.server.trusted_proxies))
 }
 
 /// `Set-Cookie` for the affinity cookie, unless the request already carries the same value.
-fn affinity_cookie<B>(req: &Request<B>, name: &str, key: &str, secure: bool) -> Option<HeaderValue> {
+fn affinity_cookie<F: Fields + ?Sized>(req: &Head<'_, F>, name: &str, key: &str, secure: bool) -> Option<HeaderValue> {
     let value = room_key::encode_cookie_value(key);
-    if room_key::cookie_value(req.headers(), name) == Some(value.as_ref()) {
+    if room_key::cookie_value(req.fields, name) == Some(value.as_ref()) {
         return None;
     }
     let cookie = cookie::Cookie::build((name, value.as_ref()))

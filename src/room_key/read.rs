@@ -3,11 +3,12 @@
 
 use std::borrow::Cow;
 
-use http::header::{self, HeaderMap, HeaderName};
+use http::header::HeaderName;
 use http::uri::Authority;
 use regex::Regex;
 
 use super::{Ambiguity, KeyProblem, KeySource, RequestView, decode};
+use crate::fields::{Fields, text as value_text};
 
 /// Why a source gives no key although it carries one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,15 +31,14 @@ pub(super) struct Head {
 impl Head {
     /// Whether `Connection` names `carrier` (the hop-by-hop rule removes it on the way).
     #[inline]
-    fn names_in_connection(&mut self, headers: &HeaderMap, carrier: &str) -> bool {
-        *self.connection.get_or_insert_with(|| headers.contains_key(header::CONNECTION))
-            && named_in_connection(headers, carrier)
+    fn names_in_connection<F: Fields + ?Sized>(&mut self, headers: &F, carrier: &str) -> bool {
+        *self.connection.get_or_insert_with(|| headers.has("connection")) && named_in_connection(headers, carrier)
     }
 }
 
 /// The decoded (not yet validated) key `source` finds in the request; `Ok(None)` when it carries
 /// none, or only an empty one.
-pub(super) fn key<'a>(source: &KeySource, req: &RequestView<'a>, head: &mut Head) -> Read<'a> {
+pub(super) fn key<'a, F: Fields + ?Sized>(source: &KeySource, req: &RequestView<'a, F>, head: &mut Head) -> Read<'a> {
     let found = match source {
         KeySource::Header(name) => header(req.headers, name, head)?,
         KeySource::Cookie(name) => cookie(req.headers, name, head)?.map(decode_value).transpose()?,
@@ -60,18 +60,18 @@ fn decode_value(raw: &str) -> Result<Cow<'_, str>, Refusal> {
 /// A key header: exactly one line, no list. RFC 9110 (section 5.3) lets any hop join two lines
 /// into one comma-separated value, and Django's servers do, so `a,b` and two lines are the same
 /// request; a key with a comma travels percent-encoded (`%2C`).
-fn header<'a>(headers: &'a HeaderMap, name: &HeaderName, head: &mut Head) -> Read<'a> {
+fn header<'a, F: Fields + ?Sized>(headers: &'a F, name: &HeaderName, head: &mut Head) -> Read<'a> {
     let names = scan_names(headers, name);
     head.connection = Some(names.connection);
     if names.twin {
         return Err(Refusal::Ambiguous(Ambiguity::UnderscoreTwin));
     }
-    let mut lines = headers.get_all(name).iter();
+    let mut lines = headers.values(name.as_str());
     let Some(value) = lines.next() else { return Ok(None) };
     if lines.next().is_some() {
         return Err(Refusal::Ambiguous(Ambiguity::TwoHeaders));
     }
-    let text = value.to_str().map_err(|_| Refusal::Bad(KeyProblem::NotVisibleAscii))?;
+    let text = value_text(value).ok_or(Refusal::Bad(KeyProblem::NotVisibleAscii))?;
     // One pass for both, without branches: most values have neither.
     let (comma, percent) = text.bytes().fold((false, false), |(c, p), b| (c | (b == b','), p | (b == b'%')));
     if comma {
@@ -101,19 +101,18 @@ struct Names {
     connection: bool,
 }
 
-fn scan_names(headers: &HeaderMap, name: &HeaderName) -> Names {
+fn scan_names<F: Fields + ?Sized>(headers: &F, name: &HeaderName) -> Names {
     let name = name.as_str().as_bytes();
     let may_have_twin = name.iter().any(|&b| b == b'-' || b == b'_');
     let dash = |b: &u8| *b == b'-' || *b == b'_';
     let mut names = Names { twin: false, connection: false };
-    for other in headers.keys() {
-        let other = other.as_str().as_bytes();
-        if other == b"connection" {
+    for other in headers.names() {
+        if other.eq_ignore_ascii_case(b"connection") {
             names.connection = true;
         } else if may_have_twin
             && other.len() == name.len()
-            && other != name
-            && other.iter().zip(name).all(|(a, b)| a == b || (dash(a) && dash(b)))
+            && !other.eq_ignore_ascii_case(name)
+            && other.iter().zip(name).all(|(a, b)| a.eq_ignore_ascii_case(b) || (dash(a) && dash(b)))
         {
             names.twin = true;
         }
@@ -121,19 +120,18 @@ fn scan_names(headers: &HeaderMap, name: &HeaderName) -> Names {
     names
 }
 
-fn named_in_connection(headers: &HeaderMap, carrier: &str) -> bool {
-    headers.get_all(header::CONNECTION).iter().any(|line| {
-        line.as_bytes().split(|&b| b == b',').any(|token| token.trim_ascii().eq_ignore_ascii_case(carrier.as_bytes()))
-    })
+fn named_in_connection<F: Fields + ?Sized>(headers: &F, carrier: &str) -> bool {
+    headers
+        .values("connection")
+        .any(|line| line.split(|&b| b == b',').any(|token| token.trim_ascii().eq_ignore_ascii_case(carrier.as_bytes())))
 }
 
 /// The key cookie, read as Django's `parse_cookie` reads it: pairs split on `;`, name and value
 /// trimmed, the last of two with one name wins there, so two are refused here; likewise across
 /// several `Cookie` lines.
-fn cookie<'a>(headers: &'a HeaderMap, name: &str, head: &mut Head) -> Result<Option<&'a str>, Refusal> {
+fn cookie<'a, F: Fields + ?Sized>(headers: &'a F, name: &str, head: &mut Head) -> Result<Option<&'a str>, Refusal> {
     let mut found: Option<&'a [u8]> = None;
-    for line in headers.get_all(header::COOKIE) {
-        let bytes = line.as_bytes();
+    for bytes in headers.values("cookie") {
         let ascii = bytes.is_ascii();
         for pair in bytes.split(|&b| b == b';') {
             let (n, v) = match memchr::memchr(b'=', pair) {
@@ -224,15 +222,15 @@ fn path<'a>(re: &Regex, raw: &'a str) -> Read<'a> {
 /// absolute-form target (`GET http://a.example/`) or HTTP/2's `:authority` carries it in the URI,
 /// and roomgate forwards the `Host` header as is, or the `:authority` when there is none. Two
 /// that disagree are refused.
-fn host<'a>(req: &RequestView<'a>, head: &mut Head) -> Result<Option<&'a str>, Refusal> {
-    let mut lines = req.headers.get_all(header::HOST).iter();
+fn host<'a, F: Fields + ?Sized>(req: &RequestView<'a, F>, head: &mut Head) -> Result<Option<&'a str>, Refusal> {
+    let mut lines = req.headers.values("host");
     let line = lines.next();
     if lines.next().is_some() {
         return Err(Refusal::Ambiguous(Ambiguity::TwoHosts));
     }
     let found = match (req.uri.authority(), line) {
         (authority, Some(line)) => {
-            let text = line.to_str().map_err(|_| Refusal::Bad(KeyProblem::NotVisibleAscii))?;
+            let text = value_text(line).ok_or(Refusal::Bad(KeyProblem::NotVisibleAscii))?;
             if text.contains(',') {
                 return Err(Refusal::Ambiguous(Ambiguity::TwoHosts));
             }

@@ -2,7 +2,7 @@
 //! request, one room (`one_room`), and property tests over arbitrary requests (`prop`).
 
 use super::*;
-use http::{HeaderValue, Request};
+use http::{HeaderValue, Request, header};
 
 fn sources(list: &[&str]) -> Vec<KeySource> {
     list.iter().map(|s| s.parse().unwrap()).collect()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
-use http::{Method, Request, StatusCode, Version};
+use http::{Method, StatusCode, Version};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
@@ -18,6 +18,7 @@ use super::pool::UpConn;
 use crate::backends::Backend;
 use crate::directory::Use;
 use crate::error::{BackendError, BodyProblem, ClientError, ProxyError, respond};
+use crate::fields::Head;
 use crate::h1::{Framing, RequestHead, ResponseHead, parse_response, write};
 use crate::limits::Holds;
 use crate::metrics::RequestLabels;
@@ -50,7 +51,7 @@ impl Gateway {
     /// `client.buf`). Never fails: errors are answered here and logged once.
     pub(crate) async fn serve_h1<I>(
         self: &Arc<Self>,
-        mut head: RequestHead,
+        head: RequestHead,
         client: &mut Side<I>,
         conn: Conn,
         stop: &CancellationToken,
@@ -67,14 +68,9 @@ impl Gateway {
             http10: head.version == Version::HTTP_10,
             keep_alive: head.keep_alive,
         };
-        let mut req = Request::new(());
-        *req.method_mut() = head.method.clone();
-        *req.uri_mut() = head.uri.clone();
-        *req.version_mut() = head.version;
-        *req.headers_mut() = std::mem::take(&mut head.headers);
+        let view = Head { method: &head.method, uri: &head.uri, version: head.version, fields: &head };
         let (mut route, mut backend) = (self.none.clone(), self.none.clone());
-        let prepared = self.prepare(&snap, &req, conn, &mut record, &mut route, &mut backend).await;
-        drop(req);
+        let prepared = self.prepare(&snap, &view, conn, &mut record, &mut route, &mut backend).await;
         let result = match prepared {
             Ok(Prepared::Send { target, holds }) => {
                 self.exchange(&snap, &head, &ask, &target, holds, client, conn, &mut record, stop).await
@@ -126,8 +122,13 @@ impl Gateway {
         let target_text = request.uri.path_and_query().map_or("/", |p| p.as_str());
         let trusted = crate::forwarded::is_trusted(conn.client.ip(), &config.server.trusted_proxies);
         let hop = Hop { peer: conn.client.ip(), trusted, proto: conn.scheme.as_str() };
-        let client_head =
-            Client { method: &request.method, target: target_text, raw: &request.raw, fields: request.fields() };
+        let client_head = Client {
+            method: &request.method,
+            target: target_text,
+            raw: &request.raw,
+            fields: request.fields(),
+            websocket: false,
+        };
         forward::request_head(&mut head, client_head, ask.framing, hop);
         let t = &config.timeouts;
         let counted = record.as_ref().map(|r| r.bytes_in.clone());

@@ -30,6 +30,9 @@ pub struct Client<'a, F> {
     pub raw: &'a [u8],
     /// Each field's name and value, in order: slices of `raw`.
     pub fields: F,
+    /// A WebSocket handshake: its `Connection: upgrade` and `Upgrade: websocket` are written
+    /// again after the hop-by-hop fields go.
+    pub websocket: bool,
 }
 
 /// Writes the head for a backend into `out`: the client's method and target, HTTP/1.1, the
@@ -43,7 +46,7 @@ pub fn request_head<'a, F>(out: &mut Vec<u8>, client: Client<'a, F>, framing: Fr
 where
     F: Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
 {
-    let Client { method, target, raw, fields } = client;
+    let Client { method, target, raw, fields, websocket } = client;
     let named = named_by_connection(fields.clone().filter(|(n, _)| n.eq_ignore_ascii_case(b"connection")).map(|f| f.1));
     let named = &named;
     let kept = fields.filter(move |(n, _)| !HOP_BY_HOP.iter().chain(named).any(|h| n.eq_ignore_ascii_case(h)));
@@ -71,6 +74,9 @@ where
     if !hop.trusted {
         // nginx's convention: X-Real-IP is the address the proxy saw.
         field(out, b"x-real-ip", peer);
+    }
+    if websocket {
+        out.extend_from_slice(b"connection: upgrade\r\nupgrade: websocket\r\n");
     }
     if framing == Framing::Chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");

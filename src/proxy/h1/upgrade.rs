@@ -7,24 +7,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::request::Parts;
-use http::{Request, StatusCode, Version};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::{StatusCode, Version};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::Instrument;
 
 use super::body::{Relayed, Side, flush, read_more, relay_body};
 use super::exchange::{connect_to, write_error};
+use super::forward::{self, Client, Hop};
 use super::pool::UpConn;
 use super::rewind::Rewind;
 use crate::backends::Backend;
 use crate::directory::Use;
 use crate::error::{BackendError, ProxyError};
+use crate::fields::{Fields, Head};
 use crate::h1::{Framing, RequestHead, ResponseHead, parse_response, write};
 use crate::limits::{ConnTicket, Holds};
 use crate::metrics::RequestLabels;
 use crate::proxy::upgrade::{TunnelSpec, accepted, hold, run};
-use crate::proxy::{Conn, Gateway, Prepared, Target, access_record, prepare_forward};
+use crate::proxy::{Conn, Gateway, Prepared, Target, access_record};
 use crate::snapshot::Snapshot;
 
 /// Most bytes of a backend's answer to a handshake.
@@ -53,12 +54,8 @@ impl Gateway {
         let snap = self.snapshot.load();
         let mut record = access_record(&snap.config, conn.client, &head.method, head.uri.path());
         let (mut route, mut backend) = (self.none.clone(), self.none.clone());
-        let mut req = Request::new(());
-        *req.method_mut() = head.method.clone();
-        *req.uri_mut() = head.uri.clone();
-        *req.version_mut() = head.version;
-        *req.headers_mut() = head.headers.clone();
-        let (target, holds) = match self.prepare(&snap, &req, conn, &mut record, &mut route, &mut backend).await {
+        let view = Head { method: &head.method, uri: &head.uri, version: head.version, fields: &head };
+        let (target, holds) = match self.prepare(&snap, &view, conn, &mut record, &mut route, &mut backend).await {
             Ok(Prepared::Send { target, holds }) => (target, holds),
             Ok(Prepared::Djust { .. }) => return Upgraded::Hyper(Box::new((client, head))),
             Err(err) => {
@@ -68,9 +65,8 @@ impl Gateway {
                 return Upgraded::Done;
             }
         };
-        let (parts, ()) = req.into_parts();
         let holds = Holds { conn: Some(ticket), ..holds };
-        let status = match self.handshake(&snap, parts, &target, holds, client, conn).await {
+        let status = match self.handshake(&snap, &head, &target, holds, client, conn).await {
             Ok(status) => status,
             Err((err, mut client)) => {
                 let status = err.status();
@@ -95,7 +91,7 @@ impl Gateway {
     async fn handshake<I>(
         self: &Arc<Self>,
         snap: &Snapshot,
-        mut parts: Parts,
+        head: &RequestHead,
         target: &Target,
         holds: Holds,
         mut client: Side<I>,
@@ -104,15 +100,20 @@ impl Gateway {
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        prepare_forward(&mut parts, conn, &snap.config);
-        crate::proxy::headers::set_websocket_upgrade(&mut parts.headers);
-        let key = parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned();
+        let key = head.first("sec-websocket-key");
+        let mut out = Vec::with_capacity(512);
+        let trusted = crate::forwarded::is_trusted(conn.client.ip(), &snap.config.server.trusted_proxies);
+        let hop = Hop { peer: conn.client.ip(), trusted, proto: conn.scheme.as_str() };
+        let path = head.uri.path_and_query().map_or("/", |p| p.as_str());
+        let client_head =
+            Client { method: &head.method, target: path, raw: &head.raw, fields: head.fields(), websocket: true };
+        forward::request_head(&mut out, client_head, Framing::Length(0), hop);
         let backend = &target.backend;
         let t = &snap.config.timeouts;
         // Counted in its room while on its way (a move waits for it), until its socket is.
         let handshake_presence = self.presence(target, Use::Request);
         let started = Instant::now();
-        let answer = send_handshake(backend, &parts, t.connect);
+        let answer = send_handshake(backend, &out, t.connect);
         let answered = match tokio::time::timeout(t.upstream_response, answer).await {
             Ok(answered) => answered,
             Err(_) => Err(BackendError::Timeout { backend: backend.id.to_string(), after: t.upstream_response }),
@@ -121,7 +122,7 @@ impl Gateway {
             if resp.status != StatusCode::SWITCHING_PROTOCOLS {
                 return Ok((up, resp, None));
             }
-            let rsv = accepted(&header_map(&resp), key.as_ref().map(HeaderValue::as_bytes))
+            let rsv = accepted(&header_map(&resp), key)
                 .map_err(|why| BackendError::BadUpgrade { backend: backend.id.to_string(), why })?;
             Ok((up, resp, Some(rsv)))
         });
@@ -172,22 +173,19 @@ async fn relay_refusal<I: AsyncRead + AsyncWrite + Unpin>(
     let _ = client.io.shutdown().await;
 }
 
-/// Opens a connection of its own to the backend, sends it the handshake `parts` and reads its
-/// answer's head (interim answers other than a 101 skipped).
+/// Opens a connection of its own to the backend, sends it the handshake's head `out` and reads
+/// its answer's head (interim answers other than a 101 skipped).
 async fn send_handshake(
     backend: &Backend,
-    parts: &Parts,
+    out: &[u8],
     connect: Duration,
 ) -> Result<(UpConn, ResponseHead), BackendError> {
     let mut up = connect_to(backend, connect).await?;
-    let mut out = Vec::with_capacity(512);
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    write::request_head(&mut out, &parts.method, path, &parts.headers, Framing::Length(0));
     let failed = |source: Box<dyn std::error::Error + Send + Sync>| BackendError::Failed {
         backend: backend.id.to_string(),
         source,
     };
-    up.side.io.write_all(&out).await.map_err(|e| failed(Box::new(e)))?;
+    up.side.io.write_all(out).await.map_err(|e| failed(Box::new(e)))?;
     loop {
         if let Some(resp) =
             parse_response(&mut up.side.buf, MAX_HANDSHAKE_HEAD, false).map_err(|e| failed(e.reason().into()))?

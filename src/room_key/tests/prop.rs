@@ -123,3 +123,71 @@ proptest! {
         }
     }
 }
+
+/// A header line for the raw-against-map test: names in any case and spelling, values that
+/// carry keys, lists, cookies and bytes outside ASCII.
+fn raw_line() -> impl Strategy<Value = (String, Vec<u8>)> {
+    let name = proptest::sample::select(vec![
+        "x-room",
+        "X-Room",
+        "x_room",
+        "X_ROOM",
+        "cookie",
+        "Cookie",
+        "host",
+        "HOST",
+        "connection",
+        "Connection",
+        "x-other",
+    ]);
+    let value = prop_oneof![
+        "[a-z0-9]{1,6}".prop_map(String::into_bytes),
+        Just(b"a,b".to_vec()),
+        Just(b"room=r1".to_vec()),
+        Just(b"room=r1; room=r2".to_vec()),
+        Just(b"x=1; room=\"r%41\"".to_vec()),
+        Just(b"r1.rooms.test".to_vec()),
+        Just(b"r2.rooms.test:80".to_vec()),
+        Just(b"keep-alive, x-room".to_vec()),
+        Just(b"cookie, host".to_vec()),
+        Just(b"caf\xc3\xa9".to_vec()),
+        Just(b"room=\xa0r1".to_vec()),
+        Just(b"".to_vec()),
+    ];
+    (name.prop_map(str::to_owned), value)
+}
+
+proptest! {
+    /// roomgate's HTTP/1 path reads the key from the field lines where they lie; hyper's paths
+    /// from a header map. For any head, both read the same key or refuse it the same way.
+    #[test]
+    fn raw_fields_give_the_key_a_header_map_gives(
+        lines in proptest::collection::vec(raw_line(), 0..6),
+        target in proptest::sample::select(vec!["/h/", "/h/?room=q1", "http://r1.rooms.test/h/"]),
+    ) {
+        let mut raw = format!("GET {target} HTTP/1.1\r\n").into_bytes();
+        for (name, value) in &lines {
+            raw.extend_from_slice(format!("{name}: ").as_bytes());
+            raw.extend_from_slice(value);
+            raw.extend_from_slice(b"\r\n");
+        }
+        raw.extend_from_slice(b"\r\n");
+        let Ok(Some(head)) = crate::h1::parse_request(&mut bytes::BytesMut::from(&raw[..]), 64 * 1024) else {
+            return Ok(());
+        };
+        let mut map = HeaderMap::new();
+        for (n, v) in head.fields() {
+            map.append(http::HeaderName::from_bytes(n).unwrap(), HeaderValue::from_bytes(v).unwrap());
+        }
+        let outcome = |r: Result<Option<Found<'_>>, ExtractError>| match r {
+            Ok(found) => Ok(found.map(|f| (f.key.as_str().to_owned(), f.source))),
+            Err(e) => Err(e.to_string()),
+        };
+        for list in [&["header:x-room"][..], &["cookie:room"], &["host:^(?P<room>[^.]*)"], &["query:room", "header:x-room", "cookie:room"]] {
+            let sources = sources(list);
+            let by_map = outcome(extract(&sources, &RequestView { uri: &head.uri, headers: &map }));
+            let by_raw = outcome(extract(&sources, &RequestView { uri: &head.uri, headers: &head }));
+            prop_assert_eq!(by_raw, by_map, "{:?}", String::from_utf8_lossy(&raw));
+        }
+    }
+}

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use bytes::BytesMut;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 use proptest::prelude::*;
 
 use super::*;
@@ -41,18 +42,24 @@ fn request(fields: &[(&str, Vec<u8>, u8)]) -> Vec<u8> {
 }
 
 /// What the header-map path writes for the same request.
-fn by_map(head: &RequestHead, hop: Hop) -> Vec<u8> {
-    let mut headers = head.headers.clone();
+fn by_map(head: &RequestHead, hop: Hop, websocket: bool) -> Vec<u8> {
+    let mut headers = HeaderMap::new();
+    for (n, v) in head.fields() {
+        headers.append(HeaderName::from_bytes(n).unwrap(), HeaderValue::from_bytes(v).unwrap());
+    }
     remove_hop_by_hop(&mut headers);
     set_forwarded(&mut headers, hop.peer, hop.trusted, hop.proto);
+    if websocket {
+        crate::proxy::headers::set_websocket_upgrade(&mut headers);
+    }
     let mut out = Vec::new();
     crate::h1::write::request_head(&mut out, &head.method, "/r?x=1", &headers, head.framing);
     out
 }
 
-fn by_raw(head: &RequestHead, hop: Hop) -> Vec<u8> {
+fn by_raw(head: &RequestHead, hop: Hop, websocket: bool) -> Vec<u8> {
     let mut out = Vec::new();
-    let client = Client { method: &head.method, target: "/r?x=1", raw: &head.raw, fields: head.fields() };
+    let client = Client { method: &head.method, target: "/r?x=1", raw: &head.raw, fields: head.fields(), websocket };
     request_head(&mut out, client, head.framing, hop);
     out
 }
@@ -113,12 +120,13 @@ proptest! {
         fields in prop::collection::vec((prop::sample::select(NAMES.to_vec()), value(), any::<u8>()), 0..10),
         trusted in any::<bool>(),
         v6 in any::<bool>(),
+        websocket in any::<bool>(),
     ) {
         let raw = request(&fields);
         let Some(head) = parse(&raw) else { return Ok(()) };
         let peer = if v6 { "2001:db8::7".parse().unwrap() } else { "10.1.2.3".parse().unwrap() };
         let hop = Hop { peer, trusted, proto: "http" };
-        prop_assert_eq!(fields_of(&by_raw(&head, hop)), fields_of(&by_map(&head, hop)));
+        prop_assert_eq!(fields_of(&by_raw(&head, hop, websocket)), fields_of(&by_map(&head, hop, websocket)));
     }
 }
 
@@ -126,7 +134,7 @@ proptest! {
 fn content_length_stays_when_connection_names_it() {
     let head = parse(b"POST /r?x=1 HTTP/1.1\r\nContent-Length: 40\r\nConnection: content-length\r\n\r\n").unwrap();
     let hop = Hop { peer: "10.0.0.1".parse().unwrap(), trusted: false, proto: "http" };
-    let (_, map) = fields_of(&by_raw(&head, hop));
+    let (_, map) = fields_of(&by_raw(&head, hop, false));
     assert_eq!(map["content-length"], [b"40".to_vec()]);
     assert!(!map.contains_key("connection"));
 }
@@ -137,7 +145,7 @@ fn kept_lines_are_copied_as_they_came_and_the_rest_normalised() {
     let head = parse(raw).unwrap();
     let hop = Hop { peer: "10.0.0.1".parse().unwrap(), trusted: true, proto: "http" };
     let mut out = Vec::new();
-    let client = Client { method: &head.method, target: "/a", raw: &head.raw, fields: head.fields() };
+    let client = Client { method: &head.method, target: "/a", raw: &head.raw, fields: head.fields(), websocket: false };
     request_head(&mut out, client, head.framing, hop);
     let text = String::from_utf8(out).unwrap();
     assert!(text.starts_with("GET /a HTTP/1.1\r\nHost:a\r\nX-A: b\r\nX-C: c\r\nX-D: d\r\n"), "{text:?}");
