@@ -62,9 +62,14 @@ impl<'a, B> From<&'a http::Request<B>> for Head<'a, HeaderMap> {
     }
 }
 
+/// What `HeaderValue::to_str` accepts: visible ASCII, space and tab.
+pub fn is_visible(value: &[u8]) -> bool {
+    value.iter().all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
+}
+
 /// A value as text, as `HeaderValue::to_str` reads it: visible ASCII, space and tab, or `None`.
 pub fn text(value: &[u8]) -> Option<&str> {
-    if crate::h1::head::is_visible(value) { std::str::from_utf8(value).ok() } else { None }
+    if is_visible(value) { std::str::from_utf8(value).ok() } else { None }
 }
 
 /// Whether a `name` field (a comma-separated list) of `fields` holds `token`, in any case; values
@@ -72,7 +77,7 @@ pub fn text(value: &[u8]) -> Option<&str> {
 pub fn has_token<F: Fields + ?Sized>(fields: &F, name: &str, token: &str) -> bool {
     fields
         .values(name)
-        .filter(|v| crate::h1::head::is_visible(v))
+        .filter(|v| is_visible(v))
         .flat_map(|v| v.split(|&b| b == b','))
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
 }

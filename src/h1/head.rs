@@ -8,6 +8,7 @@ use bytes::{Bytes, BytesMut};
 use http::{Method, StatusCode, Uri, Version};
 
 use super::framing::{Framing, FramingError, framing};
+use crate::fields::is_visible;
 
 /// Most header lines a head may have before it is refused with 431; the configured
 /// `limits.max_headers` (at most this) is checked later, with a message that names it.
@@ -137,11 +138,6 @@ pub fn named_by_connection<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<&'
 /// A `tchar` of RFC 9110 section 5.6.2: what a field name is made of.
 fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-/// What `HeaderValue::to_str` accepts: visible ASCII, space and tab.
-pub fn is_visible(value: &[u8]) -> bool {
-    value.iter().all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
 }
 
 impl HeadError {

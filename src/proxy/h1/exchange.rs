@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use super::body::{Relayed, SendError, Side, Upload, read_more, relay_body, send_body};
-use super::forward::{self, Client, Hop};
+use super::forward;
 use super::pool::UpConn;
 use crate::backends::Backend;
 use crate::directory::Use;
@@ -118,18 +118,7 @@ impl Gateway {
         let _holds = holds;
         let backend = &target.backend;
         let started = Instant::now();
-        let mut head = Vec::with_capacity(512);
-        let target_text = request.uri.path_and_query().map_or("/", |p| p.as_str());
-        let trusted = crate::forwarded::is_trusted(conn.client.ip(), &config.server.trusted_proxies);
-        let hop = Hop { peer: conn.client.ip(), trusted, proto: conn.scheme.as_str() };
-        let client_head = Client {
-            method: &request.method,
-            target: target_text,
-            raw: &request.raw,
-            fields: request.fields(),
-            websocket: false,
-        };
-        forward::request_head(&mut head, client_head, ask.framing, hop);
+        let head = forward::for_backend(request, conn, config, ask.framing, false);
         let t = &config.timeouts;
         let counted = record.as_ref().map(|r| r.bytes_in.clone());
         let upload = Upload {

@@ -7,8 +7,11 @@ use std::net::IpAddr;
 
 use http::Method;
 
-use crate::h1::Framing;
-use crate::h1::head::{HOP_BY_HOP, is_visible, named_by_connection};
+use crate::config::Config;
+use crate::fields::is_visible;
+use crate::h1::head::{HOP_BY_HOP, named_by_connection};
+use crate::h1::{Framing, RequestHead};
+use crate::proxy::Conn;
 use crate::proxy::headers::{CLIENT_ADDRESS, address_text};
 
 /// Who the request came from, as the forwarding fields say it.
@@ -19,6 +22,18 @@ pub struct Hop {
     pub trusted: bool,
     /// `http` or `https`: how the client reached roomgate.
     pub proto: &'static str,
+}
+
+/// The head for a backend of the client's request `request`, whose body is sent with `framing`
+/// (`websocket`: a handshake), from the connection `conn`.
+pub fn for_backend(request: &RequestHead, conn: Conn, config: &Config, framing: Framing, websocket: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    let trusted = crate::forwarded::is_trusted(conn.client.ip(), &config.server.trusted_proxies);
+    let hop = Hop { peer: conn.client.ip(), trusted, proto: conn.scheme.as_str() };
+    let target = request.uri.path_and_query().map_or("/", |p| p.as_str());
+    let client = Client { method: &request.method, target, raw: &request.raw, fields: request.fields(), websocket };
+    request_head(&mut out, client, framing, hop);
+    out
 }
 
 /// The client's request as [`request_head`] reads it.

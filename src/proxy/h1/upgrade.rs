@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use super::body::{Relayed, Side, flush, read_more, relay_body};
 use super::exchange::{connect_to, write_error};
-use super::forward::{self, Client, Hop};
+use super::forward;
 use super::pool::UpConn;
 use super::rewind::Rewind;
 use crate::backends::Backend;
@@ -101,13 +101,7 @@ impl Gateway {
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let key = head.first("sec-websocket-key");
-        let mut out = Vec::with_capacity(512);
-        let trusted = crate::forwarded::is_trusted(conn.client.ip(), &snap.config.server.trusted_proxies);
-        let hop = Hop { peer: conn.client.ip(), trusted, proto: conn.scheme.as_str() };
-        let path = head.uri.path_and_query().map_or("/", |p| p.as_str());
-        let client_head =
-            Client { method: &head.method, target: path, raw: &head.raw, fields: head.fields(), websocket: true };
-        forward::request_head(&mut out, client_head, Framing::Length(0), hop);
+        let out = forward::for_backend(head, conn, &snap.config, Framing::Length(0), true);
         let backend = &target.backend;
         let t = &snap.config.timeouts;
         // Counted in its room while on its way (a move waits for it), until its socket is.
