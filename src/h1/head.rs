@@ -58,6 +58,25 @@ impl RequestHead {
     }
 }
 
+/// A backend's 101 is checked where its fields lie.
+impl crate::fields::Fields for ResponseHead {
+    fn values<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a [u8]> {
+        self.fields().filter(move |(n, _)| n.eq_ignore_ascii_case(name.as_bytes())).map(|(_, v)| v)
+    }
+
+    fn names(&self) -> impl Iterator<Item = &[u8]> {
+        self.fields().map(|(n, _)| n)
+    }
+
+    fn count(&self) -> usize {
+        self.fields.as_slice().len()
+    }
+
+    fn wire_size(&self) -> usize {
+        self.fields().map(|(n, v)| n.len() + 2 + v.len() + 2).sum()
+    }
+}
+
 /// The request path reads the fields where they lie: no header map is built.
 impl crate::fields::Fields for RequestHead {
     fn values<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a [u8]> {

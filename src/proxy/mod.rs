@@ -239,7 +239,8 @@ impl Gateway {
         let client = conn.client;
         let config = &snap.config;
         check_head(req, config)?;
-        if headers::is_websocket_upgrade(req.fields) {
+        let websocket = headers::is_websocket_upgrade(req.fields);
+        if websocket {
             check_handshake(req)?;
         }
         let forwarded = (self.admission.admit_forwarded(client.ip(), req.fields, config))
@@ -247,7 +248,7 @@ impl Gateway {
         let (route_index, route) = route(config, req.uri.path())?;
         *route_label = snap.route_labels[route_index].clone();
         let secure = is_secure(req, conn, config);
-        let Some(target) = self.choose(snap, route, req, secure).await? else {
+        let Some(target) = self.choose(snap, route, req, secure, websocket).await? else {
             let regex = route.djust().cloned().ok_or(ClientError::NoRoute)?;
             return Ok(Prepared::Djust { regex, on_missing: route.on_missing, forwarded });
         };
@@ -272,6 +273,7 @@ impl Gateway {
         route: &Route,
         req: &Head<'_, F>,
         secure: bool,
+        websocket: bool,
     ) -> Result<Option<Target>, ProxyError> {
         let shared = || -> Result<Option<Target>, ProxyError> {
             let backend = snap.next_shared().ok_or(BackendError::NoBackends)?.clone();
@@ -286,7 +288,7 @@ impl Gateway {
             ambiguous @ ExtractError::Ambiguous { .. } => ClientError::Ambiguous(ambiguous.to_string()),
         })?;
         let Some(found) = found else {
-            if route.djust().is_some() && headers::is_websocket_upgrade(req.fields) {
+            if route.djust().is_some() && websocket {
                 return Ok(None);
             }
             return match route.on_missing {
@@ -299,7 +301,7 @@ impl Gateway {
             };
         };
         let key = found.key.as_str();
-        let backend = self.owner(snap, key, headers::is_websocket_upgrade(req.fields)).await?;
+        let backend = self.owner(snap, key, websocket).await?;
         let set_cookie = route.affinity_cookie.as_deref().and_then(|name| affinity_cookie(req, name, key, secure));
         Ok(Some(Target { backend, room: Some(key.to_owned()), set_cookie }))
     }

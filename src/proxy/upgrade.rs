@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap};
+use http::header;
+
+use crate::fields::{Fields, has_token};
 use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
 use hyper::upgrade::OnUpgrade;
@@ -76,24 +78,16 @@ pub async fn forward(
 /// Checks that a backend's 101 completes the WebSocket handshake whose `Sec-WebSocket-Key` was
 /// `key` (RFC 6455 section 4.1: `Upgrade: websocket`, `Connection: upgrade`, the matching
 /// `Sec-WebSocket-Accept`). Returns the RSV bits the extensions it accepted may use.
-pub fn accepted(headers: &HeaderMap, key: Option<&[u8]>) -> Result<u8, &'static str> {
-    let has = |name: header::HeaderName, token: &str| {
-        headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
-    };
-    if !has(header::UPGRADE, "websocket") {
+pub fn accepted<F: Fields + ?Sized>(headers: &F, key: Option<&[u8]>) -> Result<u8, &'static str> {
+    if !has_token(headers, "upgrade", "websocket") {
         return Err("its 101 has no Upgrade: websocket");
     }
-    if !has(header::CONNECTION, "upgrade") {
+    if !has_token(headers, "connection", "upgrade") {
         return Err("its 101 has no Connection: upgrade");
     }
     let expected = key.map(derive_accept_key);
-    match (headers.get(header::SEC_WEBSOCKET_ACCEPT), expected) {
-        (Some(got), Some(want)) if got.as_bytes() == want.as_bytes() => {}
+    match (headers.first("sec-websocket-accept"), expected) {
+        (Some(got), Some(want)) if got == want.as_bytes() => {}
         _ => return Err("its 101 has a wrong or missing Sec-WebSocket-Accept"),
     }
     Ok(extension_rsv(headers))
@@ -101,11 +95,10 @@ pub fn accepted(headers: &HeaderMap, key: Option<&[u8]>) -> Result<u8, &'static 
 
 /// The RSV bits of the extensions a 101 accepted: permessage-deflate (and its older webkit form)
 /// use RSV1; an extension roomgate does not know may use any.
-fn extension_rsv(headers: &HeaderMap) -> u8 {
+fn extension_rsv<F: Fields + ?Sized>(headers: &F) -> u8 {
     let names = headers
-        .get_all(header::SEC_WEBSOCKET_EXTENSIONS)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
+        .values("sec-websocket-extensions")
+        .filter_map(crate::fields::text)
         .flat_map(|v| v.split(','))
         .filter_map(|ext| ext.split(';').next())
         .map(str::trim)

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Version};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::Instrument;
@@ -116,7 +115,7 @@ impl Gateway {
             if resp.status != StatusCode::SWITCHING_PROTOCOLS {
                 return Ok((up, resp, None));
             }
-            let rsv = accepted(&header_map(&resp), key)
+            let rsv = accepted(&resp, key)
                 .map_err(|why| BackendError::BadUpgrade { backend: backend.id.to_string(), why })?;
             Ok((up, resp, Some(rsv)))
         });
@@ -195,17 +194,6 @@ async fn send_handshake(
             Err(e) => return Err(failed(Box::new(e))),
         }
     }
-}
-
-/// The fields of a backend's 101, as a header map for the handshake's checks.
-fn header_map(resp: &ResponseHead) -> HeaderMap {
-    let mut map = HeaderMap::new();
-    for (name, value) in resp.fields() {
-        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
-            map.append(n, v);
-        }
-    }
-    map
 }
 
 /// Whether a handshake is served on this path: an HTTP/1.1 one that is not a `CONNECT` (those,
