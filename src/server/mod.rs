@@ -185,14 +185,16 @@ async fn accept_loop(
         };
         let span = tracing::info_span!("conn", client.addr = %client, room = tracing::field::Empty, backend = tracing::field::Empty);
         let (gateway, protocols, stop) = (gateway.clone(), protocols.clone(), stop.clone());
+        // Boxed: a task moves its future whole at each change of stage (start, end), and a
+        // connection's future is several kilobytes; a box is moved as a pointer.
         match &acceptor {
             Some(acceptor) => {
                 let conn = conn::serve_tls(stream, client, ticket, gateway, protocols, acceptor.clone(), stop);
-                connections.spawn(conn.instrument(span));
+                connections.spawn(Box::pin(conn.instrument(span)));
             }
             None => {
                 let conn = conn::serve_plain(stream, client, ticket, gateway, protocols, stop);
-                connections.spawn(conn.instrument(span));
+                connections.spawn(Box::pin(conn.instrument(span)));
             }
         }
     }

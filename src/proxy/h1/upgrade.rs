@@ -143,7 +143,8 @@ impl Gateway {
         // Copied out of the connections' buffers, so that an idle tunnel keeps neither.
         let client_io = Rewind::new(Bytes::copy_from_slice(&client.buf), client.io);
         let backend_io = Rewind::new(Bytes::copy_from_slice(&up.side.buf), up.side.io);
-        tokio::spawn(run(client_io, backend_io, held, spec, opts, None).instrument(span));
+        // Boxed, as connections are (`server`): the task moves a pointer, not the tunnel's state.
+        tokio::spawn(Box::pin(run(client_io, backend_io, held, spec, opts, None).instrument(span)));
         Ok(resp.status)
     }
 }
