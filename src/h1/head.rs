@@ -54,47 +54,41 @@ pub struct RequestHead {
 impl RequestHead {
     /// Every field (name and value, in order) as the client sent it.
     pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> + Clone {
-        self.fields.as_slice().iter().map(|(n, v)| (at(&self.raw, *n), at(&self.raw, *v)))
+        lines(&self.raw, self.fields.as_slice())
+    }
+
+    /// The head as the request path reads it, its fields where they lie.
+    pub fn view(&self) -> crate::fields::Head<'_, Self> {
+        crate::fields::Head { method: &self.method, uri: &self.uri, version: self.version, fields: self }
     }
 }
 
-/// A backend's 101 is checked where its fields lie.
-impl crate::fields::Fields for ResponseHead {
-    fn values<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a [u8]> {
-        self.fields().filter(move |(n, _)| n.eq_ignore_ascii_case(name.as_bytes())).map(|(_, v)| v)
-    }
+/// Both heads are read where their fields lie (the request path's checks and keys, a backend's
+/// 101): no header map is built.
+macro_rules! fields_in_place {
+    ($head:ty) => {
+        impl crate::fields::Fields for $head {
+            fn values<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a [u8]> {
+                named(&self.raw, self.fields.as_slice(), name.as_bytes())
+            }
 
-    fn names(&self) -> impl Iterator<Item = &[u8]> {
-        self.fields().map(|(n, _)| n)
-    }
+            fn names(&self) -> impl Iterator<Item = &[u8]> {
+                self.fields().map(|(n, _)| n)
+            }
 
-    fn count(&self) -> usize {
-        self.fields.as_slice().len()
-    }
+            fn count(&self) -> usize {
+                self.fields.as_slice().len()
+            }
 
-    fn wire_size(&self) -> usize {
-        self.fields().map(|(n, v)| n.len() + 2 + v.len() + 2).sum()
-    }
+            fn wire_size(&self) -> usize {
+                self.fields().map(|(n, v)| n.len() + 2 + v.len() + 2).sum()
+            }
+        }
+    };
 }
 
-/// The request path reads the fields where they lie: no header map is built.
-impl crate::fields::Fields for RequestHead {
-    fn values<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a [u8]> {
-        self.fields().filter(move |(n, _)| n.eq_ignore_ascii_case(name.as_bytes())).map(|(_, v)| v)
-    }
-
-    fn names(&self) -> impl Iterator<Item = &[u8]> {
-        self.fields().map(|(n, _)| n)
-    }
-
-    fn count(&self) -> usize {
-        self.fields.as_slice().len()
-    }
-
-    fn wire_size(&self) -> usize {
-        self.fields().map(|(n, v)| n.len() + 2 + v.len() + 2).sum()
-    }
-}
+fields_in_place!(RequestHead);
+fields_in_place!(ResponseHead);
 
 /// A response head from a backend.
 #[derive(Debug)]
@@ -125,17 +119,24 @@ pub const HOP_BY_HOP: [&[u8]; 9] = [
 
 impl ResponseHead {
     /// Every field (name and value, in order) as the backend sent it.
-    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.fields.as_slice().iter().map(|(n, v)| (at(&self.raw, *n), at(&self.raw, *v)))
+    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> + Clone {
+        lines(&self.raw, self.fields.as_slice())
     }
 
-    /// The end-to-end fields: all but the hop-by-hop ones and those `Connection` names (never
-    /// the `Content-Length` that frames the body).
-    pub fn end_to_end(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        let named =
-            named_by_connection(self.fields().filter(|(n, _)| n.eq_ignore_ascii_case(b"connection")).map(|f| f.1));
-        self.fields().filter(move |(n, _)| !HOP_BY_HOP.iter().chain(&named).any(|h| n.eq_ignore_ascii_case(h)))
+    /// The end-to-end fields (see [`end_to_end`]).
+    pub fn end_to_end(&self) -> impl Iterator<Item = (&[u8], &[u8])> + Clone {
+        end_to_end(self.fields())
     }
+}
+
+/// Of `fields` (name and value, in order), the end-to-end ones: all but the hop-by-hop ones and
+/// those `Connection` names (never the `Content-Length` that frames the body).
+pub fn end_to_end<'a, I>(fields: I) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone
+where
+    I: Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
+{
+    let named = named_by_connection(fields.clone().filter(|(n, _)| n.eq_ignore_ascii_case(b"connection")).map(|f| f.1));
+    fields.filter(move |(n, _)| !HOP_BY_HOP.iter().chain(&named).any(|h| n.eq_ignore_ascii_case(h)))
 }
 
 /// The fields the `Connection` values (`values`) name, to be removed with it: each token of a
@@ -194,9 +195,7 @@ pub fn parse_request(buf: &mut BytesMut, limit: usize) -> Result<Option<RequestH
     let uri = Uri::from_maybe_shared(head.slice(target.0 as usize..target.1 as usize))
         .map_err(|_| HeadError::Malformed("invalid request target"))?;
     let (raw_ref, spans) = (&head, fields.as_slice());
-    let named = |name: &'static [u8]| {
-        spans.iter().filter(move |(n, _)| at(raw_ref, *n).eq_ignore_ascii_case(name)).map(move |(_, v)| at(raw_ref, *v))
-    };
+    let named = |name: &'static [u8]| named(raw_ref, spans, name);
     // What `HeaderValue` refuses and httparse lets through.
     if spans.iter().any(|(_, v)| at(raw_ref, *v).contains(&0x7f)) {
         return Err(HeadError::Malformed("invalid header value"));
@@ -237,9 +236,7 @@ pub fn parse_response(buf: &mut BytesMut, limit: usize, head_request: bool) -> R
     let fields = Fields::of(base, resp.headers);
     let raw = buf.split_to(len).freeze();
     let (raw_ref, spans) = (&raw, fields.as_slice());
-    let named = |name: &'static [u8]| {
-        spans.iter().filter(move |(n, _)| at(raw_ref, *n).eq_ignore_ascii_case(name)).map(move |(_, v)| at(raw_ref, *v))
-    };
+    let named = |name: &'static [u8]| named(raw_ref, spans, name);
     let framing = framing(named(b"content-length"), named(b"transfer-encoding"), version == Version::HTTP_10, false)?;
     let close = named(b"connection")
         .flat_map(|v| v.split(|&b| b == b','))
@@ -274,6 +271,16 @@ fn offset(base: usize, part: &[u8]) -> Span {
     let start = (part.as_ptr() as usize).saturating_sub(base);
     let at = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     (at(start), at(start + part.len()))
+}
+
+/// The fields at `spans` of `raw`: name and value, in order.
+fn lines<'a>(raw: &'a [u8], spans: &'a [(Span, Span)]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone {
+    spans.iter().map(move |(n, v)| (at(raw, *n), at(raw, *v)))
+}
+
+/// The values of the fields at `spans` of `raw` named `name`, in any case.
+fn named<'a>(raw: &'a [u8], spans: &'a [(Span, Span)], name: &[u8]) -> impl Iterator<Item = &'a [u8]> {
+    lines(raw, spans).filter(move |(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v)
 }
 
 /// The bytes of `head` at `span`.

@@ -1,24 +1,8 @@
-//! The heads roomgate writes: a request to a backend and a response to a client, each into a
-//! reused buffer and sent in one write.
+//! The response heads roomgate writes to clients, each into a reused buffer and sent in one
+//! write (a backend's request head is written by `proxy::h1::forward`).
 
+use http::StatusCode;
 use http::header::HeaderMap;
-use http::{Method, StatusCode};
-
-use super::framing::Framing;
-
-/// A request head for a backend: origin-form `target`, HTTP/1.1, `headers` (hop-by-hop ones
-/// already removed) and the framing the body is sent with.
-pub fn request_head(out: &mut Vec<u8>, method: &Method, target: &str, headers: &HeaderMap, framing: Framing) {
-    out.extend_from_slice(method.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(target.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    fields(out, headers);
-    if framing == Framing::Chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-}
 
 /// A response head for a client: `headers` (hop-by-hop ones already removed), then the framing
 /// (`chunked`: the body is sent chunked) and `Connection: close` when the connection ends after it.
@@ -64,7 +48,8 @@ fn framing(out: &mut Vec<u8>, chunked: bool, close: bool) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+/// One field line: `name: value` CRLF.
+pub fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);

@@ -18,7 +18,6 @@ use super::pool::UpConn;
 use crate::backends::Backend;
 use crate::directory::Use;
 use crate::error::{BackendError, BodyProblem, ClientError, ProxyError, respond};
-use crate::fields::Head;
 use crate::h1::{Framing, RequestHead, ResponseHead, parse_response, write};
 use crate::limits::Holds;
 use crate::metrics::RequestLabels;
@@ -68,7 +67,7 @@ impl Gateway {
             http10: head.version == Version::HTTP_10,
             keep_alive: head.keep_alive,
         };
-        let view = Head { method: &head.method, uri: &head.uri, version: head.version, fields: &head };
+        let view = head.view();
         let (mut route, mut backend) = (self.none.clone(), self.none.clone());
         let prepared = self.prepare(&snap, &view, conn, &mut record, &mut route, &mut backend).await;
         let result = match prepared {

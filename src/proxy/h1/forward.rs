@@ -9,7 +9,8 @@ use http::Method;
 
 use crate::config::Config;
 use crate::fields::is_visible;
-use crate::h1::head::{HOP_BY_HOP, named_by_connection};
+use crate::h1::head::end_to_end;
+use crate::h1::write::field;
 use crate::h1::{Framing, RequestHead};
 use crate::proxy::Conn;
 use crate::proxy::headers::{CLIENT_ADDRESS, address_text};
@@ -62,9 +63,7 @@ where
     F: Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
 {
     let Client { method, target, raw, fields, websocket } = client;
-    let named = named_by_connection(fields.clone().filter(|(n, _)| n.eq_ignore_ascii_case(b"connection")).map(|f| f.1));
-    let named = &named;
-    let kept = fields.filter(move |(n, _)| !HOP_BY_HOP.iter().chain(named).any(|h| n.eq_ignore_ascii_case(h)));
+    let kept = end_to_end(fields);
     let seen = Seen::of(kept.clone());
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
@@ -178,13 +177,6 @@ fn forwarded_for<'a>(out: &mut Vec<u8>, fields: impl Iterator<Item = (&'a [u8], 
         }
     }
     out.extend_from_slice(peer);
-    out.extend_from_slice(b"\r\n");
-}
-
-fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
 }
 

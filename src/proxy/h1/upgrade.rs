@@ -19,7 +19,7 @@ use super::rewind::Rewind;
 use crate::backends::Backend;
 use crate::directory::Use;
 use crate::error::{BackendError, ProxyError};
-use crate::fields::{Fields, Head};
+use crate::fields::Fields;
 use crate::h1::{Framing, RequestHead, ResponseHead, parse_response, write};
 use crate::limits::{ConnTicket, Holds};
 use crate::metrics::RequestLabels;
@@ -53,7 +53,7 @@ impl Gateway {
         let snap = self.snapshot.load();
         let mut record = access_record(&snap.config, conn.client, &head.method, head.uri.path());
         let (mut route, mut backend) = (self.none.clone(), self.none.clone());
-        let view = Head { method: &head.method, uri: &head.uri, version: head.version, fields: &head };
+        let view = head.view();
         let (target, holds) = match self.prepare(&snap, &view, conn, &mut record, &mut route, &mut backend).await {
             Ok(Prepared::Send { target, holds }) => (target, holds),
             Ok(Prepared::Djust { .. }) => return Upgraded::Hyper(Box::new((client, head))),

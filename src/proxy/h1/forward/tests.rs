@@ -52,8 +52,14 @@ fn by_map(head: &RequestHead, hop: Hop, websocket: bool) -> Vec<u8> {
     if websocket {
         crate::proxy::headers::set_websocket_upgrade(&mut headers);
     }
-    let mut out = Vec::new();
-    crate::h1::write::request_head(&mut out, &head.method, "/r?x=1", &headers, head.framing);
+    let mut out = format!("{} /r?x=1 HTTP/1.1\r\n", head.method).into_bytes();
+    for (name, value) in &headers {
+        crate::h1::write::field(&mut out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if head.framing == Framing::Chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
     out
 }
 
