@@ -64,14 +64,18 @@ where
 {
     let Client { method, target, raw, fields, websocket } = client;
     let kept = end_to_end(fields);
-    let seen = Seen::of(kept.clone());
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
+    // One pass writes the kept lines and notes the forwarding fields among them.
+    let mut seen = Seen { xff: false, xfp: false, xfh: false, host: None };
     let mut lines = Lines { raw, run: None };
-    for (name, value) in kept.clone().filter(|(n, _)| !replaced(n, hop.trusted)) {
-        lines.add(out, name, value);
+    for (name, value) in kept.clone() {
+        seen.note(name, value);
+        if !replaced(name, hop.trusted) {
+            lines.add(out, name, value);
+        }
     }
     lines.flush(out);
     let mut text = [0u8; 45];
@@ -81,7 +85,7 @@ where
         field(out, b"x-forwarded-proto", hop.proto.as_bytes());
     }
     if (!hop.trusted || !seen.xfh)
-        && let Some((_, host)) = kept.clone().find(|(n, _)| n.eq_ignore_ascii_case(b"host"))
+        && let Some(host) = seen.host
     {
         field(out, b"x-forwarded-host", host);
     }
@@ -133,21 +137,22 @@ impl Lines<'_> {
 }
 
 /// Which forwarding fields the client's kept fields hold.
-struct Seen {
+struct Seen<'a> {
     xff: bool,
     xfp: bool,
     xfh: bool,
+    /// The first `Host` value.
+    host: Option<&'a [u8]>,
 }
 
-impl Seen {
-    fn of<'a>(fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Seen {
-        let mut seen = Seen { xff: false, xfp: false, xfh: false };
-        for (name, _) in fields {
-            seen.xff |= name.eq_ignore_ascii_case(b"x-forwarded-for");
-            seen.xfp |= name.eq_ignore_ascii_case(b"x-forwarded-proto");
-            seen.xfh |= name.eq_ignore_ascii_case(b"x-forwarded-host");
+impl<'a> Seen<'a> {
+    fn note(&mut self, name: &[u8], value: &'a [u8]) {
+        self.xff |= name.eq_ignore_ascii_case(b"x-forwarded-for");
+        self.xfp |= name.eq_ignore_ascii_case(b"x-forwarded-proto");
+        self.xfh |= name.eq_ignore_ascii_case(b"x-forwarded-host");
+        if self.host.is_none() && name.eq_ignore_ascii_case(b"host") {
+            self.host = Some(value);
         }
-        seen
     }
 }
 
