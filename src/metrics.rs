@@ -3,6 +3,7 @@
 
 mod directory;
 mod handoff;
+mod hot;
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use crate::backends::{Backend, Transition};
 use crate::directory::RoomDirectory;
 use crate::snapshot::Snapshot;
 use crate::tls::Tls;
+use hot::{Hot, same_arc};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -79,6 +81,9 @@ pub struct Metrics {
     rooms_over_cap: Counter,
     join_waits: Histogram,
     handoff: handoff::HandoffMetrics,
+    /// Fronts for `requests` and `upstream_seconds`, counted on every request.
+    hot_requests: Hot<RequestLabels, Counter>,
+    hot_latency: Hot<Arc<str>, Histogram>,
 }
 
 impl Default for Metrics {
@@ -104,6 +109,8 @@ impl Metrics {
             rooms_over_cap: Counter::default(),
             join_waits: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
             handoff: handoff::HandoffMetrics::default(),
+            hot_requests: Hot::new(),
+            hot_latency: Hot::new(),
         };
         metrics.register_traffic();
         metrics.register_discovery_and_tls();
@@ -236,11 +243,26 @@ impl Metrics {
     }
 
     pub fn request(&self, labels: &RequestLabels) {
-        self.requests.get_or_create(labels).inc();
+        self.hot_requests.with(
+            |k| k.status == labels.status && same_arc(&k.route, &labels.route) && same_arc(&k.backend, &labels.backend),
+            || (labels.clone(), self.requests.get_or_create(labels).clone()),
+            |c| {
+                c.inc();
+            },
+        );
     }
 
     pub fn upstream_latency(&self, backend: &Arc<str>, took: Duration) {
-        self.upstream_seconds.get_or_create(&BackendLabel { backend: backend.clone() }).observe(took.as_secs_f64());
+        self.hot_latency.with(
+            |k| same_arc(k, backend),
+            || {
+                (
+                    backend.clone(),
+                    self.upstream_seconds.get_or_create(&BackendLabel { backend: backend.clone() }).clone(),
+                )
+            },
+            |h| h.observe(took.as_secs_f64()),
+        );
     }
 
     pub fn reload(&self, ok: bool) {

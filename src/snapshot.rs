@@ -15,6 +15,10 @@ use crate::backends::Backend;
 use crate::config::Config;
 use crate::placement::Placement;
 
+/// Backend ids come from the config and discovery, never from clients: a fast hash (Fx) instead of
+/// SipHash, looked up once per request.
+type ById = HashMap<Arc<str>, Arc<Backend>, rustc_hash::FxBuildHasher>;
+
 pub struct Snapshot {
     /// Bumped on every published change.
     pub epoch: u64,
@@ -26,7 +30,7 @@ pub struct Snapshot {
     pub placement: Placement,
     /// Each route's prefix, shared, for metric labels.
     pub route_labels: Vec<Arc<str>>,
-    by_id: HashMap<Arc<str>, Arc<Backend>>,
+    by_id: ById,
     shared_next: AtomicUsize,
 }
 
@@ -104,7 +108,7 @@ impl Snapshot {
     fn assemble(config: Config, epoch: u64, backends: Vec<Arc<Backend>>, retiring: Vec<Arc<Backend>>) -> Snapshot {
         let ids: Vec<&str> = backends.iter().map(|b| &*b.id).collect();
         let placement = Placement::build(config.placement.algorithm, config.placement.vnodes, &ids);
-        let by_id = backends.iter().chain(retiring.iter()).map(|b| (b.id.clone(), b.clone())).collect();
+        let by_id: ById = backends.iter().chain(retiring.iter()).map(|b| (b.id.clone(), b.clone())).collect();
         let route_labels = config.routes.iter().map(|r| Arc::from(r.prefix.as_str())).collect();
         Snapshot {
             route_labels,
