@@ -4,14 +4,14 @@
 //! members, reconnecting by themselves after roomgate's 1012, see 7 on the new owner. Once with
 //! protocol clients that behave like client.js (`Tab`), once in headless Chromium with djust's
 //! real client.js. The stack's roomgate has `[handoff]` with a token, the app the same token
-//! (`tests/common/djust/app.rs`). Run with `--nocapture` to see the timings.
+//! (`tests/common/djust/app.rs`). Run with `--nocapture` to see the timings. Also the hand-off
+//! package's own Python tests (`integrations/djust`) and `tests/djust/handoff_check.py`.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -83,6 +83,9 @@ async fn moved_once_and_never_split(stack: &Stack, room: &str, old: &str, new: &
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_with_handoff_keeps_the_count_of_a_djust_room_for_its_reconnecting_members() {
+    if !common::require(&[common::Tool::RedisServer, common::Tool::DjustVenv]) {
+        return;
+    }
     let mut stack = Stack::start(3).await;
     let room = "handoff";
     let old = stack.owner(room).await;
@@ -137,8 +140,9 @@ async fn a_drain_with_handoff_keeps_the_count_of_a_djust_room_for_its_reconnecti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_tabs_with_client_js_see_the_count_on_the_new_owner_after_a_drain_with_handoff() {
-    let chromium = Path::new("/usr/bin/chromium");
-    assert!(chromium.exists(), "/usr/bin/chromium is missing: apt-get install chromium (the CI script installs it)");
+    if !common::require(&[common::Tool::RedisServer, common::Tool::DjustVenv, common::Tool::Chromium]) {
+        return;
+    }
     let mut stack = Stack::start(3).await;
     let room = "web-handoff";
     let tabs = stack.browser_handoff(room, 3, COUNT).await;
@@ -159,4 +163,20 @@ async fn chromium_tabs_with_client_js_see_the_count_on_the_new_owner_after_a_dra
     }
     let gap = moved_once_and_never_split(&stack, room, &old, &new).await;
     println!("chromium hand-off {old} -> {new}: drain --handoff --wait {drain_took:?}; gap {gap:?}; {report}");
+}
+
+/// The hand-off package's own tests (`integrations/djust`), and `tests/djust/handoff_check.py`: a
+/// room's counter survives export from one real djust backend and import into another (no proxy).
+#[test]
+fn the_handoff_package_tests_and_a_handoff_between_two_djust_backends_pass() {
+    if !common::require(&[common::Tool::DjustVenv]) {
+        return;
+    }
+    let python = common::require::djust_venv().clone().unwrap();
+    for args in [&["-m", "unittest", "discover", "integrations/djust"][..], &["tests/djust/handoff_check.py"]] {
+        let out =
+            std::process::Command::new(&python).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "python {args:?} failed:\n{stdout}{stderr}");
+    }
 }

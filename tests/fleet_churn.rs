@@ -658,6 +658,9 @@ async fn page_loads(
 /// must stay 0, and every member must be back on a socket at the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn churn_through_two_replicas_keeps_every_room_on_one_backend() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let start = t0();
     let logs = capture_logs();
     let seed = seed();

@@ -155,6 +155,9 @@ fn refs(backends: &[TestBackend]) -> Vec<&TestBackend> {
 /// rebuilt and sends the member where the room lives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_restarted_empty_keeps_a_moved_room_on_its_owner() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let mut redis = Redis::start().await;
     let backends = backends(3).await;
     let room = "restart0".to_owned();
@@ -225,6 +228,9 @@ async fn a_redis_restarted_empty_keeps_a_moved_room_on_its_owner() {
 /// fleet's record of the move, not by A's local one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_backend_moves_its_room_only_after_every_replica_let_go() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let redis = Redis::start().await;
     let backends = backends(3).await;
     let room = "hang0".to_owned();
@@ -335,6 +341,9 @@ struct Outcome {
 /// the room on the old one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_deadline_moves_each_room_as_a_whole_across_replicas() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let redis = Redis::start().await;
     let backends = backends(3).await;
     let candidates: Vec<String> = (0..200).map(|i| format!("deadline{i}")).collect();
@@ -432,6 +441,9 @@ async fn a_drain_deadline_moves_each_room_as_a_whole_across_replicas() {
 /// an id: they would write the same `held:` hash and count as one replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_on_one_host_get_distinct_default_ids() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let redis = Redis::start().await;
     let backends = backends(2).await;
     let list = backend_list(&backends);
@@ -505,6 +517,9 @@ async fn two_replicas_on_one_host_get_distinct_default_ids() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn move_figures_with_two_and_four_replicas() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     for n in [2, 4] {
         let redis = Redis::start().await;
         let backends = backends(3).await;
@@ -583,6 +598,9 @@ async fn move_figures_with_two_and_four_replicas() {
 /// lease (three refreshes) if A does not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_holds_joins_until_released_and_no_longer_than_its_lease() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     use roomgate::directory::{MemoryDirectory, RedisDirectory, RedisSettings, ReplicaState, RoomDirectory};
     use std::sync::Arc;
     let redis = Redis::start().await;

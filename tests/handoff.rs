@@ -287,6 +287,9 @@ async fn syncs(proxy: &Proxy, n: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_replicas_a_join_through_the_other_waits_for_the_move_and_gets_the_state() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let redis = common::redis_server::Redis::start().await;
     let backends = fleet(3).await;
     let (a, b) = two_replicas(&backends, &redis).await;
@@ -309,6 +312,9 @@ async fn with_two_replicas_a_join_through_the_other_waits_for_the_move_and_gets_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_replicas_the_others_sockets_pause_and_its_joins_wait_for_the_move() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let redis = common::redis_server::Redis::start().await;
     let backends = fleet(3).await;
     let (a, b) = two_replicas(&backends, &redis).await;

@@ -320,6 +320,9 @@ async fn two_replicas_setup() -> (Redis, Vec<RoomBackend>, Proxy, Proxy, Vec<Wat
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run with --release -- --ignored --nocapture"]
 async fn figures_two_replicas_drain_on_a_while_members_join_through_b() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let (_redis, backends, a, b, watched) = two_replicas_setup().await;
     let started = Instant::now();
     let (status, body) = admin_post(&a, "/admin/backends/b0/drain", r#"{"handoff": true}"#).await;

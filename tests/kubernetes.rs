@@ -1,10 +1,12 @@
 //! The Kubernetes manifests in deploy/kubernetes: the config in the ConfigMap loads, the
 //! manifests agree with it (ports, paths, grace period, Secrets), Redis is bounded and closed
 //! (maxmemory sized from the cap, noeviction, a password, a NetworkPolicy), kustomization.yaml
-//! lists every manifest, and every manifest passes the Kubernetes schemas (`kubernetes-validate`, which `.ci/run`
-//! installs; without it the schema test fails under CI and is skipped elsewhere).
+//! lists every manifest, and every manifest passes the Kubernetes schemas (`kubernetes-validate`, which `tools/test`
+//! installs; without it the schema test fails under CI and is skipped loudly elsewhere).
 
 #![allow(clippy::unwrap_used)]
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -246,29 +248,16 @@ fn kustomization_lists_every_manifest() {
     }
 }
 
-/// `kubernetes-validate`: from ROOMGATE_K8S_VALIDATOR, else the venv that .ci/run makes.
-fn validator() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("ROOMGATE_K8S_VALIDATOR") {
-        return Some(PathBuf::from(path));
-    }
-    let venv = Path::new(REPO).join("target/k8s-venv/bin/kubernetes-validate");
-    venv.exists().then_some(venv)
-}
-
 /// The oldest Kubernetes the manifests are for (the preStop sleep action is on by default from
 /// 1.30), and the newest the validator knows.
 const VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
 
 #[test]
 fn manifests_pass_the_kubernetes_schemas() {
-    let Some(validator) = validator() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "kubernetes-validate is not installed (set ROOMGATE_K8S_VALIDATOR or run .ci/run)"
-        );
-        println!("SKIPPED: kubernetes-validate is not installed (.ci/run installs it in target/k8s-venv)");
+    if !common::require(&[common::Tool::K8sValidator]) {
         return;
-    };
+    }
+    let validator = common::require::k8s_validator().unwrap();
     let (applied, examples) = manifests();
     let files: Vec<String> = applied.into_iter().chain(examples).collect();
     let resources: usize = files.iter().map(|f| read(f).matches("\nkind: ").count()).sum();

@@ -65,6 +65,9 @@ async fn two_replicas(backends: &[TestBackend], redis: &Redis, extra_b: &str) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scale_out_on_two_replicas_moves_no_live_room() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let redis = Redis::start().await;
     let mut backends = backends(3).await;
     let (a, b) = two_replicas(&backends, &redis, "").await;
@@ -126,6 +129,9 @@ async fn scale_out_on_two_replicas_moves_no_live_room() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_replicas_give_every_new_room_one_owner() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let redis = Redis::start().await;
     let backends = backends(4).await;
     // Replica B places with a ring, A with rendezvous: their candidates differ for most rooms,
@@ -169,6 +175,9 @@ async fn racing_replicas_give_every_new_room_one_owner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_through_one_replica_holds_on_all() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let redis = Redis::start().await;
     let backends = backends(3).await;
     let (a, b) = two_replicas(&backends, &redis, "").await;
@@ -189,6 +198,9 @@ async fn a_drain_through_one_replica_holds_on_all() {
 /// id this replica no longer knows ends that record, so the pod comes back taking rooms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undrain_of_a_departed_backend_ends_its_shared_drain() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let redis = Redis::start().await;
     let backends = backends(3).await;
     let list = backend_list(&backends);
@@ -234,6 +246,9 @@ async fn undrain_of_a_departed_backend_ends_its_shared_drain() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_outage_loses_nothing_and_the_directory_is_rebuilt() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let mut redis = Redis::start().await;
     let backends = backends(3).await;
     let (a, b) = two_replicas(&backends, &redis, "").await;
@@ -333,6 +348,9 @@ async fn a_redis_outage_loses_nothing_and_the_directory_is_rebuilt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_room_split_during_an_outage_regroups_on_the_owner_with_most_sockets() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let mut redis = Redis::start().await;
     let backends = backends(4).await;
     // Replicas that place differently (a config mismatch), so that without Redis they split.
@@ -369,6 +387,9 @@ async fn a_room_split_during_an_outage_regroups_on_the_owner_with_most_sockets()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_round_trips_per_placement_per_refresh_and_per_message() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let redis = Redis::start().await;
     // A fleet's Redis in use, not one just started: no rebuild window holds the first rooms.
     redis.mark_in_use().await;
@@ -426,6 +447,9 @@ async fn redis_round_trips_per_placement_per_refresh_and_per_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn figures_at_ten_thousand_live_rooms() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     use roomgate::directory::{MemoryDirectory, RedisDirectory, RedisSettings, ReplicaState, RoomDirectory, Use};
     use std::sync::Arc;
     let redis = Redis::start().await;

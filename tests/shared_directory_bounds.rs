@@ -67,6 +67,9 @@ fn calls(d: &RedisDirectory, op: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_replica_writes_no_new_record_but_follows_recorded_ones() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let redis = Redis::start().await;
     redis.mark_in_use().await;
     let d = directory(&redis, "A", MemoryDirectory::with_cap(100, Default::default()));
@@ -101,6 +104,9 @@ async fn a_full_replica_writes_no_new_record_but_follows_recorded_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_records_expire_soon_unless_their_room_gets_a_socket() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let mut redis = Redis::start().await;
     redis.mark_in_use().await;
     let d = directory(&redis, "A", MemoryDirectory::new());
@@ -157,6 +163,9 @@ async fn new_records_expire_soon_unless_their_room_gets_a_socket() {
 /// rest, which then stayed there for good (and counted as live for every other replica).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_idle_room_leaves_held_even_thousands_at_once() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let redis = Redis::start().await;
     redis.mark_in_use().await;
     let a = directory(&redis, "A", MemoryDirectory::new());
@@ -189,6 +198,9 @@ async fn every_idle_room_leaves_held_even_thousands_at_once() {
 /// leaves no claim behind after the next sync, below the cap and past it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_of_handshakes_that_never_opened_leave_with_the_next_sync() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let redis = Redis::start().await;
     redis.mark_in_use().await;
     for (cap, label) in [(100_000, "below the cap"), (10, "past the cap")] {
@@ -214,6 +226,9 @@ async fn syncs(proxy: &Proxy, n: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_password_file_opens_redis_and_a_wrong_one_is_an_outage() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
     let redis = Redis::start_with(Some("correct-horse-battery-staple")).await;
     redis.mark_in_use().await;
     let backends = backends(2).await;

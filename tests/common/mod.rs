@@ -10,8 +10,12 @@ pub mod pinned;
 pub mod raw;
 pub mod rawhttp;
 pub mod redis_server;
+pub mod require;
 pub mod rooms;
 pub mod tls;
+
+#[allow(unused_imports)]
+pub use require::{Tool, require};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -50,7 +50,7 @@ impl Redis {
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .expect("redis-server not found: install it (apt-get install redis-server); .ci/run does");
+            .expect("redis-server not found: the test should start with require(&[Tool::RedisServer])");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let ready = tokio::time::timeout(LIMIT, async {
             while let Ok(Some(line)) = lines.next_line().await {

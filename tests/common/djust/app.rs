@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -26,24 +25,10 @@ pub(super) fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The venv's python, created on first use (idempotent and safe to run concurrently).
+/// The venv's python, created on first use (`require::djust_venv`; a test that gets here has
+/// called `require(&[Tool::DjustVenv, ..])`).
 pub(super) fn python() -> PathBuf {
-    static ONCE: OnceLock<PathBuf> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        let venv = repo().join("target/djust-venv");
-        let out = std::process::Command::new(repo().join("tests/djust/setup.sh"))
-            .arg(&venv)
-            .output()
-            .expect("could not run tests/djust/setup.sh (needs bash)");
-        assert!(
-            out.status.success(),
-            "tests/djust/setup.sh failed: it needs python3 with venv (apt-get install python3-venv) and PyPI \
-             access.\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        venv.join("bin/python")
-    })
-    .clone()
+    super::super::require::djust_venv().clone().unwrap_or_else(|missing| panic!("{missing}"))
 }
 
 /// Reads `child`'s stdout until a line starting with `prefix`; returns the rest of that line.
