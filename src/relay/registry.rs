@@ -30,6 +30,8 @@ struct Open {
     by_room: HashMap<Box<str>, Vec<u64>>,
     /// A tunnel of one of these rooms registered while the pause lasts joins it (`pause.rs`).
     pauses: HashMap<Box<str>, Vec<Arc<pause::Group>>>,
+    /// Set by [`Tunnels::close_all`]: a tunnel registered after it is asked to close at once.
+    closing_all: Option<CloseRequest>,
 }
 
 /// What the registry knows of one tunnel, and how to ask it to close.
@@ -140,7 +142,12 @@ impl Tunnels {
             }
         }
         open.by_id.insert(id, handle.clone());
+        let closing_all = open.closing_all;
         drop(open);
+        if let Some(request) = closing_all {
+            // Its 101 may have gone out just as shutdown began: it gets the same close.
+            handle.request_close(request);
+        }
         Registration { tunnels: self.clone(), handle }
     }
 
@@ -152,10 +159,16 @@ impl Tunnels {
         self.len() == 0
     }
 
-    /// Asks every open tunnel to close; returns how many were asked.
+    /// Asks every open tunnel to close, and every tunnel registered from now on (shutdown: a
+    /// handshake answered while it begins is registered after this walk); returns how many were
+    /// open.
     pub fn close_all(&self, request: impl Into<CloseRequest>) -> usize {
         let request = request.into();
-        let handles: Vec<Arc<TunnelHandle>> = self.lock().by_id.values().cloned().collect();
+        let handles: Vec<Arc<TunnelHandle>> = {
+            let mut open = self.lock();
+            open.closing_all = Some(request);
+            open.by_id.values().cloned().collect()
+        };
         for h in &handles {
             h.request_close(request);
         }
@@ -352,6 +365,16 @@ mod tests {
         assert!(t.split_rooms().is_empty(), "sockets being closed do not count");
         drop(b);
         assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn a_tunnel_registered_after_close_all_is_asked_to_close_too() {
+        let t = Arc::new(Tunnels::default());
+        let before = t.register(Some("r".into()), "a".into());
+        assert_eq!(t.close_all(CloseRequest::Shutdown), 1);
+        let after = t.register(Some("r".into()), "a".into());
+        assert_eq!(before.handle().request(), Some(CloseRequest::Shutdown));
+        assert_eq!(after.handle().request(), Some(CloseRequest::Shutdown), "its 101 went out as shutdown began");
     }
 
     #[test]
