@@ -45,6 +45,16 @@ struct Export {
     digest: String,
 }
 
+struct Import {
+    t: u64,
+    backend: String,
+    room: String,
+    move_id: String,
+    len: String,
+    digest: String,
+    members: String,
+}
+
 #[derive(Clone)]
 struct Fault {
     kind: &'static str,
@@ -84,6 +94,8 @@ struct State {
     relay_resets: Vec<u64>,
     client_closes: HashMap<u64, u64>,
     exports: HashMap<String, Export>,
+    /// Imports not judged yet.
+    imports: Vec<Import>,
     /// Per copy of a room's state: each log index's (sender connection, sequence number).
     logs: HashMap<String, Vec<(u64, u32)>>,
     faults: Vec<Fault>,
@@ -215,20 +227,17 @@ impl Judge {
                 s.counts.imports += 1;
                 let (room, move_id, len, digest, members) = (f[2], f[3], f[5], f[6], f[7]);
                 s.note(t, Some(room), format!("{id}: import move {move_id} copy {} len {len} members {members}", f[4]));
-                let detail = match s.exports.get(move_id) {
-                    None => Some(format!("import of move {move_id} on {id} without its export")),
-                    Some(e) if e.len.to_string() != len || e.digest != digest => Some(format!(
-                        "move {move_id} to {id}: exported {} entries ({}), imported {len} ({digest})",
-                        e.len, e.digest
-                    )),
-                    Some(_) if members != "0" => {
-                        Some(format!("move {move_id}: {members} members on {id} before the state arrived"))
-                    }
-                    Some(_) => None,
-                };
-                if let Some(d) = detail {
-                    s.violation(t, "handoff-log", Some(room), d);
-                }
+                // Judged later (`check_moves`): the export's line comes from another process's
+                // stdout, and may be read after this one.
+                s.imports.push(Import {
+                    t,
+                    backend: id.to_owned(),
+                    room: room.to_owned(),
+                    move_id: move_id.to_owned(),
+                    len: len.to_owned(),
+                    digest: digest.to_owned(),
+                    members: members.to_owned(),
+                });
             }
             (Some("stale"), 6) => {
                 let d = format!("{id}: {} on copy {} of room {} after its export (conn {})", f[4], f[3], f[2], f[5]);
@@ -294,6 +303,30 @@ impl Judge {
             if s.seen_overlaps.insert((c1.min(c2), c1.max(c2))) {
                 let d = format!("room {room} on {d1} and on {d2} at once for {} ms", len / 1000);
                 s.violation(start, "one-room-one-backend", Some(&room), d);
+            }
+        }
+    }
+
+    /// Judges the imports older than `horizon` against their exports.
+    pub fn check_moves(&self, horizon: u64) {
+        let mut s = self.lock();
+        let (due, later): (Vec<Import>, Vec<Import>) =
+            std::mem::take(&mut s.imports).into_iter().partition(|i| i.t < horizon);
+        s.imports = later;
+        for i in due {
+            let detail = match s.exports.get(&i.move_id) {
+                None => Some(format!("import of move {} on {} without its export", i.move_id, i.backend)),
+                Some(e) if e.len.to_string() != i.len || e.digest != i.digest => Some(format!(
+                    "move {} to {}: exported {} entries ({}), imported {} ({})",
+                    i.move_id, i.backend, e.len, e.digest, i.len, i.digest
+                )),
+                Some(_) if i.members != "0" => {
+                    Some(format!("move {}: {} members on {} before the state arrived", i.move_id, i.members, i.backend))
+                }
+                Some(_) => None,
+            };
+            if let Some(d) = detail {
+                s.violation(i.t, "handoff-log", Some(&i.room), d);
             }
         }
     }

@@ -196,7 +196,9 @@ async fn soak(o: Options, command: String) -> Result<bool, String> {
             // The overlap check all along, 5 s behind, so that backends' lines have arrived.
             while Instant::now() < until {
                 tokio::time::sleep(Duration::from_secs(5)).await;
-                judge.check_overlaps(clock::now_us().saturating_sub(5_000_000));
+                let horizon = clock::now_us().saturating_sub(5_000_000);
+                judge.check_overlaps(horizon);
+                judge.check_moves(horizon);
             }
         })
     };
@@ -240,6 +242,7 @@ async fn soak(o: Options, command: String) -> Result<bool, String> {
     let _ = sampler.await;
     tokio::time::sleep(Duration::from_millis(500)).await; // the backends' last lines, read by their tasks
     judge.check_overlaps(clock::now_us());
+    judge.check_moves(u64::MAX);
     judge.check_exports();
 
     let all = lock(&samples).clone();
