@@ -183,7 +183,7 @@ websocket_close = "{close}s"
 [upstream]
 idle_timeout = "2s"
 [log]
-level = "warn"
+level = "info"
 access = false
 [shutdown]
 grace = "5s"

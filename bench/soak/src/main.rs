@@ -263,6 +263,11 @@ async fn soak(o: Options, command: String) -> Result<bool, String> {
         let ok = r.violations.values().all(|n| *n == 0);
         (report::summary(&header, r, &faults, &fault_errors), report::first_violation(r, o.seed, origin_us), ok)
     });
+    let timeline = judge.with_results(|r| report::timeline(r, origin_us));
+    let timeline_file = dir.join("timeline.txt");
+    if let Err(e) = std::fs::write(&timeline_file, timeline) {
+        eprintln!("soak: {}: {e}", timeline_file.display());
+    }
     println!("{text}{res}");
     for e in &fault_errors {
         println!("fault error: {e}");

@@ -169,3 +169,19 @@ pub fn first_violation(r: &Results<'_>, seed: u64, origin_us: u64) -> Option<Str
     }
     Some(out)
 }
+
+/// Every event the judge noted, in time order (the run's `timeline.txt`).
+pub fn timeline(r: &Results<'_>, origin_us: u64) -> String {
+    let mut sorted: Vec<_> = r.timeline.iter().collect();
+    sorted.sort_by_key(|x| x.0);
+    let mut out = String::new();
+    for (t, room, text) in sorted {
+        let _ = writeln!(
+            out,
+            "{:>10.3}  {:<6} {text}",
+            (*t as f64 - origin_us as f64) / 1e6,
+            room.as_deref().unwrap_or("")
+        );
+    }
+    out
+}
