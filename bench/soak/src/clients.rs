@@ -145,7 +145,7 @@ impl Member {
         let mut open = Open { conn, room, generation, expected: len, pending: VecDeque::new(), seq: 0 };
         let ending = self.relay(&mut ws, &mut open).await;
         self.gauges.connected.fetch_sub(1, Ordering::Relaxed);
-        self.gauges.pending.fetch_sub(open.pending.len(), Ordering::Relaxed);
+        self.gauges.pending.fetch_sub(open.pending.len(), Ordering::SeqCst);
         self.judge.closed(conn, &ending, open.pending.len());
         true
     }
@@ -162,13 +162,19 @@ impl Member {
             tokio::select! {
                 () = tokio::time::sleep_until(next_send), if sending => {
                     next_send = Instant::now() + self.rng.between(every / 2, every * 3 / 2);
+                    // Counted before the phase is read again: once the driver has set Quiet and
+                    // reads the gauge, every message still to be sent is in it, or is not sent.
+                    self.gauges.pending.fetch_add(1, Ordering::SeqCst);
+                    if *self.phase.borrow() != Phase::Run {
+                        self.gauges.pending.fetch_sub(1, Ordering::SeqCst);
+                        continue;
+                    }
                     open.seq += 1;
+                    open.pending.push_back(open.seq);
+                    self.judge.sent();
                     if let Err(e) = ws.send(Message::text(format!("{}.{}", open.conn, open.seq))).await {
                         return Ending::Bare(format!("send: {e}"));
                     }
-                    open.pending.push_back(open.seq);
-                    self.gauges.pending.fetch_add(1, Ordering::Relaxed);
-                    self.judge.sent();
                 }
                 changed = self.phase.changed() => {
                     if changed.is_err() || leaving(&self.phase) {
@@ -216,7 +222,7 @@ impl Member {
         if sender == open.conn {
             if open.pending.front() == Some(&seq) {
                 open.pending.pop_front();
-                self.gauges.pending.fetch_sub(1, Ordering::Relaxed);
+                self.gauges.pending.fetch_sub(1, Ordering::SeqCst);
                 self.judge.echoed();
             } else {
                 let d = format!("conn {}: own message {seq} came back, expected {:?}", open.conn, open.pending.front());

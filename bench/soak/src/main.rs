@@ -225,7 +225,7 @@ async fn soak(o: Options, command: String) -> Result<bool, String> {
     // Quiet: every message sent on an open socket comes back.
     phase.send_replace(Phase::Quiet);
     let echo = Instant::now() + Duration::from_secs(15);
-    while gauges.pending.load(Ordering::Relaxed) > 0 && Instant::now() < echo {
+    while gauges.pending.load(Ordering::SeqCst) > 0 && Instant::now() < echo {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     phase.send_replace(Phase::Leave);
@@ -238,6 +238,14 @@ async fn soak(o: Options, command: String) -> Result<bool, String> {
 
     // The end state: idle again, within tolerance of the start.
     let ends = settle_resources(&fleet, &starts, began).await;
+    let fd_notes: Vec<String> = {
+        let f = fleet.lock().await;
+        (0..REPLICAS)
+            .filter_map(|i| {
+                f.replica_pid(i).map(|p| format!("replica {i} descriptors at the end: {}", resources::describe_fds(p)))
+            })
+            .collect()
+    };
     let _ = stop_sampling.send(true);
     let _ = sampler.await;
     tokio::time::sleep(Duration::from_millis(500)).await; // the backends' last lines, read by their tasks
@@ -248,6 +256,11 @@ async fn soak(o: Options, command: String) -> Result<bool, String> {
     let all = lock(&samples).clone();
     let mut res = String::new();
     let bad = report::resources(&mut res, &starts, &ends, &all, load_end);
+    if !bad.is_empty() {
+        for note in &fd_notes {
+            res.push_str(&format!("\n{note}\n"));
+        }
+    }
     for b in bad {
         judge.violation_resources(b);
     }

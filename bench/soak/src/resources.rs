@@ -50,3 +50,41 @@ pub async fn sampler(
         let _ = tokio::time::timeout(every, stop.wait_for(|s| *s)).await;
     }
 }
+
+/// What a process's descriptors are, for a report on an end state that did not settle: counts by
+/// kind, TCP sockets by state and remote port (`tcp ESTABLISHED ->127.0.0.1:40123`).
+pub fn describe_fds(pid: u32) -> String {
+    let mut tcp = std::collections::HashMap::new();
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 9 {
+                let port = |a: &str| a.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()).unwrap_or(0);
+                let state = match f[3] {
+                    "01" => "ESTABLISHED",
+                    "06" => "TIME_WAIT",
+                    "08" => "CLOSE_WAIT",
+                    "0A" => "LISTEN",
+                    "04" => "FIN_WAIT1",
+                    "05" => "FIN_WAIT2",
+                    "09" => "LAST_ACK",
+                    other => other,
+                };
+                tcp.insert(f[9].to_owned(), format!("tcp {state} :{}->:{}", port(f[1]), port(f[2])));
+            }
+        }
+    }
+    let mut kinds: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
+    if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for entry in dir.flatten() {
+            let target = std::fs::read_link(entry.path()).map(|p| p.display().to_string()).unwrap_or_default();
+            let kind = match target.strip_prefix("socket:[").and_then(|t| t.strip_suffix(']')) {
+                Some(inode) => tcp.get(inode).cloned().unwrap_or_else(|| "socket (not tcp)".to_owned()),
+                None => target.split(':').next().unwrap_or("").to_owned(),
+            };
+            *kinds.entry(kind).or_default() += 1;
+        }
+    }
+    kinds.iter().map(|(k, n)| format!("{n} x {k}")).collect::<Vec<_>>().join("; ")
+}
