@@ -461,6 +461,12 @@ impl Judge {
         }
     }
 
+    /// Memberships the backends still hold (after the clients left: a socket roomgate kept).
+    pub fn held_by_backends(&self) -> Vec<String> {
+        let s = self.lock();
+        s.open.iter().map(|((b, c), (room, _))| format!("{b} holds conn {c} of room {room}")).collect()
+    }
+
     /// Members not back in their room now.
     pub fn out_now(&self) -> Vec<((usize, usize), u64)> {
         self.lock().out_since.iter().map(|(m, t)| (*m, *t)).collect()

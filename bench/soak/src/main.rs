@@ -238,6 +238,14 @@ async fn soak(o: Options, command: String) -> Result<bool, String> {
 
     // The end state: idle again, within tolerance of the start.
     let ends = settle_resources(&fleet, &starts, began).await;
+    // No backend may still hold a member once every client has left (a tunnel roomgate kept).
+    let held_until = Instant::now() + Duration::from_secs(10);
+    while !judge.held_by_backends().is_empty() && Instant::now() < held_until {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for held in judge.held_by_backends() {
+        judge.violation_resources(format!("after the clients left, {held}"));
+    }
     let fd_notes: Vec<String> = {
         let f = fleet.lock().await;
         (0..REPLICAS)
