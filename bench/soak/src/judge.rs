@@ -108,6 +108,8 @@ struct State {
     violations: BTreeMap<&'static str, u64>,
     first: Vec<Violation>,
     seen_overlaps: HashSet<(u64, u64)>,
+    /// Copies already reported as used after their export.
+    stale_copies: HashSet<String>,
     timeline: Vec<(u64, Option<String>, String)>,
     next_conn: u64,
 }
@@ -240,8 +242,16 @@ impl Judge {
                 });
             }
             (Some("stale"), 6) => {
-                let d = format!("{id}: {} on copy {} of room {} after its export (conn {})", f[4], f[3], f[2], f[5]);
-                s.violation(t, "handoff-log", Some(f[2]), d);
+                // Once per copy: a room that stays on its old owner after an export goes on there.
+                let d = format!(
+                    "{id}: {} on copy {} of room {} after its export (conn {}): the room stayed on its old owner after its state was exported",
+                    f[4], f[3], f[2], f[5]
+                );
+                if s.stale_copies.insert(f[3].to_owned()) {
+                    s.violation(t, "handoff-log", Some(f[2]), d);
+                } else {
+                    s.note(t, Some(f[2]), d);
+                }
             }
             (Some("ready"), _) => s.note(t, None, format!("{id}: {line}")),
             _ => s.note(t, None, format!("{id}: unreadable line {line:?}")),
@@ -509,8 +519,14 @@ impl State {
         *self.violations.entry(invariant).or_default() += 1;
         self.note(t, room, format!("VIOLATION {invariant}: {detail}"));
         eprintln!("violation of {invariant}: {detail}");
+        // The earliest ones (some are found after the fact, at the end).
+        let v = Violation { t, invariant, room: room.map(str::to_owned), detail };
         if self.first.len() < FIRST_KEPT {
-            self.first.push(Violation { t, invariant, room: room.map(str::to_owned), detail });
+            self.first.push(v);
+        } else if let Some(latest) = self.first.iter_mut().max_by_key(|v| v.t)
+            && latest.t > t
+        {
+            *latest = v;
         }
     }
 
