@@ -430,3 +430,74 @@ async fn a_socket_that_opens_on_the_old_owner_during_the_move_sends_it_nothing_a
     assert_eq!(old_b.log("race"), Some(vec!["m0".to_owned()]), "nothing reached the old owner after its export");
     assert_eq!(len, 1, "the new owner has what the old one had");
 }
+
+/// Redis loses its data while a room's state is being handed over: the shared directory takes no
+/// move during its rebuild window. Found by the chaos soak (RELIABILITY.md): the move was
+/// abandoned after its export and import, so the room stayed on an owner that had exported it.
+async fn flush_during_export(redis: &common::redis_server::Redis, old_b: &RoomBackend) {
+    old_b.wait_calls(1).await; // the export is on its way
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut redis.conn().await).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_whose_record_meets_the_rebuild_window_is_recorded_once_it_ends() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
+    let redis = common::redis_server::Redis::start().await;
+    let backends = fleet(3).await;
+    let (a, _b) = two_replicas(&backends, &redis).await;
+    let (mut member, old, _) = join(&a, "flushed").await;
+    for i in 0..5 {
+        say(&mut member, &format!("m{i}")).await;
+    }
+    let old_b = backends.iter().find(|x| x.id == old).unwrap();
+    old_b.set_export_delay(Duration::from_millis(300));
+    let (status, _) = admin_post(&a, &format!("/admin/backends/{old}/drain"), r#"{"handoff": true}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    flush_during_export(&redis, old_b).await;
+    assert_eq!(close_code(&mut member).await, Some(1012), "the move was recorded after the window");
+    let (_ws, new, len) = join(&a, "flushed").await;
+    assert_ne!(new, old);
+    assert_eq!(len, 5, "with the whole log");
+    let text = metrics(&a).await;
+    assert_eq!(metric(&text, "roomgate_handoffs_total{outcome=\"moved\"}"), 1, "{text}");
+    assert_no_room_on_two_backends(&backends);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_not_recorded_within_its_lease_gives_the_old_owner_its_state_back() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
+    let redis = common::redis_server::Redis::start().await;
+    let backends = fleet(2).await;
+    // A lease of 2 x 200ms + 2s, a rebuild window of 3s + 4 x 250ms: the window outlasts it.
+    let extra = format!(
+        "[handoff]\ntimeout = \"200ms\"\n[directory]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"3s\"\ntimeout = \"250ms\"\n",
+        redis.url()
+    );
+    let proxy = Proxy::start(&config_for(&backends, &extra)).await;
+    syncs(&proxy, 1).await;
+    let (mut member, old, _) = join(&proxy, "kept").await;
+    for i in 0..3 {
+        say(&mut member, &format!("m{i}")).await;
+    }
+    let old_b = backends.iter().find(|x| x.id == old).unwrap();
+    let new_b = backends.iter().find(|x| x.id != old).unwrap();
+    old_b.set_export_delay(Duration::from_millis(50));
+    let (status, _) = admin_post(&proxy, &format!("/admin/backends/{old}/drain"), r#"{"handoff": true}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    flush_during_export(&redis, old_b).await;
+    // The old owner gets its state back, imported, before the room's sockets resume.
+    let calls = old_b.wait_calls(2).await;
+    assert_eq!((calls[0].method.as_str(), calls[1].method.as_str()), ("POST", "PUT"), "{calls:?}");
+    assert_eq!(calls[1].move_id, calls[0].move_id, "the give-back is the same move's");
+    assert_eq!(new_b.calls().len(), 1, "the new owner got the import once");
+    say(&mut member, "after").await; // the socket resumed on the old owner
+    assert_eq!(old_b.log("kept").map(|l| l.len()), Some(4));
+    let text = metrics(&proxy).await;
+    assert_eq!(metric(&text, "roomgate_handoff_failures_total{step=\"record\"}"), 1, "{text}");
+    assert_eq!(metric(&text, "roomgate_handoffs_total{outcome=\"stayed\"}"), 1, "{text}");
+    assert_no_room_on_two_backends(&backends);
+}

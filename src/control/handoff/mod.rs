@@ -169,6 +169,7 @@ pub async fn move_with_state(
     let Some(held) = gateway.moving().begin(room) else { return Outcome::Skipped };
     // The fleet's joins wait while the lease lasts: both steps, and the time to record the move.
     let lease = 2 * settings.timeout + Duration::from_secs(2);
+    let lease_ends = Instant::now() + lease;
     if !gateway.directory().begin_move(room, from, lease).await {
         tracing::info!(room, from = %from, "another replica is handing this room off; left to it");
         return Outcome::Skipped;
@@ -179,13 +180,27 @@ pub async fn move_with_state(
     let paused = gateway.tunnels().pause_room(room, from);
     let handed = hand_over(gateway, client, &settings, (&old, &to), &ids, &paused).await;
     let stay = settings.on_failure == OnHandoffFailure::Stay && !forced;
+    // The state is kept until the move is recorded: its old owner gets it back if it is not.
+    let (state, handed) = match handed {
+        Ok(state) => {
+            let bytes = state.as_ref().map(|s| s.body.len());
+            (state, Ok(bytes))
+        }
+        Err(e) => (None, Err(e)),
+    };
     let outcome = outcome_of(gateway, handed, stay, &ids);
     let outcome = match outcome {
         Outcome::Stayed => outcome,
-        _ => match gateway.move_room(room, from, &to).await {
+        // The lease holds the fleet's joins until it ends: the move may be recorded until then.
+        _ => match record(gateway, room, from, &to, lease_ends).await {
             Reassigned::Moved => outcome,
-            // Someone else moved it meanwhile, or a replica still holds it: it stays for now.
-            Reassigned::Elsewhere | Reassigned::Wait(_) => Outcome::Skipped,
+            // Another replica moved it elsewhere, or Redis still rebuilds past the lease: the
+            // room stays. Its old owner exported it (and may drop an exported copy once its
+            // sockets close): it gets its state back before they resume.
+            not_moved => {
+                give_back(gateway, client, &settings, &old, &ids, state.as_ref(), not_moved).await;
+                Outcome::Stayed
+            }
         },
     };
     let moved = matches!(outcome, Outcome::Moved | Outcome::Empty | Outcome::Restarted);
@@ -201,6 +216,47 @@ pub async fn move_with_state(
     gateway.metrics().handoff(outcome.as_str(), started.elapsed());
     tracing::info!(room, from = %from, to = %to.id, move_id = id, outcome = outcome.as_str(), took = ?started.elapsed(), "room handed off");
     outcome
+}
+
+/// A move whose steps ran but that could not be recorded: the room stays on its old owner, which
+/// exported it (an app may drop an exported copy once its sockets close) and so gets its state
+/// back, imported as from a move, before the room's sockets resume.
+async fn give_back(
+    gateway: &Gateway,
+    client: &HandoffClient,
+    settings: &Handoff,
+    old: &Backend,
+    ids: &MoveIds<'_>,
+    state: Option<&State>,
+    directory: Reassigned,
+) {
+    let MoveIds { room, from, to, id } = *ids;
+    tracing::warn!(
+        room,
+        from,
+        to,
+        move_id = id,
+        ?directory,
+        "the move could not be recorded: the room stays on its old owner"
+    );
+    gateway.metrics().handoff_failed("record");
+    if let Some(state) = state {
+        let back = MoveIds { to: from, ..*ids };
+        if let Err(e) = client.import(settings, old, &back, state).await {
+            tracing::warn!(room, backend = from, move_id = id, error = %e, "the state could not be given back to its old owner");
+        }
+    }
+}
+
+/// Records `to` as the room's owner, again while the shared directory takes no move (Redis lost
+/// its data and is being rebuilt) and `until` (the lease's end) is not reached.
+async fn record(gateway: &Gateway, room: &str, from: &str, to: &Arc<Backend>, until: Instant) -> Reassigned {
+    loop {
+        match gateway.move_room(room, from, to).await {
+            Reassigned::Wait(wait) if Instant::now() + wait < until => tokio::time::sleep(wait).await,
+            done => return done,
+        }
+    }
 }
 
 /// What the hand-off steps came to, counted and logged: `stay`, a failure keeps the room.
@@ -222,7 +278,7 @@ fn outcome_of(gateway: &Gateway, handed: Result<Option<usize>, StepError>, stay:
 }
 
 /// Waits for the room's sockets to stop at a frame boundary and exports its state (within one
-/// `timeout` for both), then imports it (within another). `Some(bytes)`: the state moved.
+/// `timeout` for both), then imports it (within another). `Some(state)`: the state moved.
 async fn hand_over(
     gateway: &Gateway,
     client: &HandoffClient,
@@ -230,7 +286,7 @@ async fn hand_over(
     (old, to): (&Backend, &Backend),
     ids: &MoveIds<'_>,
     paused: &crate::relay::Paused,
-) -> Result<Option<usize>, StepError> {
+) -> Result<Option<State>, StepError> {
     let deadline = tokio::time::Instant::now() + settings.timeout;
     // This replica's sockets of the room, and the other replicas' (shared directory).
     let stopped = async {
@@ -244,7 +300,7 @@ async fn hand_over(
     let state = client.export(settings, left, old, ids).await?;
     let Some(state) = state else { return Ok(None) };
     client.import(settings, to, ids, &state).await?;
-    Ok(Some(state.body.len()))
+    Ok(Some(state))
 }
 
 /// A move without hand-off configured: today's move (the room restarts empty on its new owner).
