@@ -181,13 +181,7 @@ pub async fn move_with_state(
     let handed = hand_over(gateway, client, &settings, (&old, &to), &ids, &paused).await;
     let stay = settings.on_failure == OnHandoffFailure::Stay && !forced;
     // The state is kept until the move is recorded: its old owner gets it back if it is not.
-    let (state, handed) = match handed {
-        Ok(state) => {
-            let bytes = state.as_ref().map(|s| s.body.len());
-            (state, Ok(bytes))
-        }
-        Err(e) => (None, Err(e)),
-    };
+    let (state, handed) = split_state(handed);
     let outcome = outcome_of(gateway, handed, stay, &ids);
     let outcome = match outcome {
         Outcome::Stayed => outcome,
@@ -245,6 +239,17 @@ async fn give_back(
         if let Err(e) = client.import(settings, old, &back, state).await {
             tracing::warn!(room, backend = from, move_id = id, error = %e, "the state could not be given back to its old owner");
         }
+    }
+}
+
+/// The state handed over, and the steps' result with its size only.
+fn split_state(handed: Result<Option<State>, StepError>) -> (Option<State>, Result<Option<usize>, StepError>) {
+    match handed {
+        Ok(state) => {
+            let bytes = state.as_ref().map(|s| s.body.len());
+            (state, Ok(bytes))
+        }
+        Err(e) => (None, Err(e)),
     }
 }
 
