@@ -52,7 +52,9 @@ async fn the_page_and_its_assets_need_no_token_but_its_data_does() {
     let bs = backends(1).await;
     let proxy = Proxy::start(&config(&backend_list(&bs), ROUTES, &format!("[admin]\ntoken = \"{TOKEN}\"\n"))).await;
     let client = http_client();
-    for (path, ty) in [("/", "text/html"), ("/dashboard/app.js", "text/javascript"), ("/dashboard/style.css", "text/css")] {
+    for (path, ty) in
+        [("/", "text/html"), ("/dashboard/app.js", "text/javascript"), ("/dashboard/style.css", "text/css")]
+    {
         let (status, headers, body) = get(&client, &proxy.admin_url(path), &[]).await;
         assert_eq!(status, StatusCode::OK, "{path}");
         assert!(headers["content-type"].to_str().unwrap().starts_with(ty), "{path}: {:?}", headers["content-type"]);
@@ -127,7 +129,10 @@ async fn chromium_shows_the_status_drains_and_refuses_a_wrong_token() {
     let after = admin_status(&proxy).await;
     let b = after["backends"].as_array().unwrap().iter().find(|b| b["id"] == victim.as_str()).unwrap();
     assert_eq!(b["state"], "draining", "{after:#}");
-    assert!(b["drain_deadline_ms"].as_u64().is_some_and(|ms| (20_000..=45_000).contains(&ms)), "the page's 45s deadline, not the config's 60s: {after:#}");
+    assert!(
+        b["drain_deadline_ms"].as_u64().is_some_and(|ms| (20_000..=45_000).contains(&ms)),
+        "the page's 45s deadline, not the config's 60s: {after:#}"
+    );
 
     drop(sockets);
     tokio::time::timeout(LIMIT * 3, proxy.shutdown()).await.expect("shutdown");

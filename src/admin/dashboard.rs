@@ -46,7 +46,9 @@ mod tests {
 
     #[test]
     fn serves_the_page_and_its_assets_with_the_policy() {
-        for (path, ty) in [("/", "text/html"), ("/dashboard/app.js", "text/javascript"), ("/dashboard/style.css", "text/css")] {
+        for (path, ty) in
+            [("/", "text/html"), ("/dashboard/app.js", "text/javascript"), ("/dashboard/style.css", "text/css")]
+        {
             let r = get(path).expect(path);
             let h = r.headers();
             assert!(h[header::CONTENT_TYPE].to_str().is_ok_and(|v| v.starts_with(ty)), "{path}");

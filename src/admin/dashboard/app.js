@@ -417,7 +417,7 @@ async function poll() {
       refused(e);
       return; // polling resumes when a token is entered
     }
-    $("conn").textContent = "unreachable";
+    $("conn").textContent = authorized ? "unreachable" : `roomgate did not answer: ${e.message}`;
     $("conn").className = "conn bad";
     const banner = $("banner");
     banner.textContent = `roomgate did not answer: ${e.message}. Retrying; the figures below are from the last answer.`;
