@@ -5,6 +5,8 @@
 //! Also, without the browser: the page and its assets are served without the token, with the
 //! Content-Security-Policy, and the API behind them still needs it.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::path::{Path, PathBuf};
