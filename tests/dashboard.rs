@@ -1,7 +1,8 @@
 //! The dashboard in headless Chromium (`tests/dashboard/check.py`, Playwright driving Debian's
 //! `/usr/bin/chromium` from the pinned venv `target/djust-venv`) against roomgate with three
 //! backends, live WebSockets and an admin token: the page's figures match `/admin/status`, a
-//! drain clicked on the page reaches the status and the card, and a wrong token shows an error.
+//! room search shows a room's owner (and a hostile key only as text), a drain clicked on the page
+//! reaches the status and the card, and a wrong token shows an error.
 //! Also, without the browser: the page and its assets are served without the token, with the
 //! Content-Security-Policy, and the API behind them still needs it.
 
@@ -104,7 +105,7 @@ async fn chromium_shows_the_status_drains_and_refuses_a_wrong_token() {
     let child = tokio::process::Command::new(python)
         .arg(repo().join("tests/dashboard/check.py"))
         .arg(format!("http://{}", proxy.admin))
-        .args([TOKEN, &victim])
+        .args([TOKEN, &victim, "dash-0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -121,6 +122,7 @@ async fn chromium_shows_the_status_drains_and_refuses_a_wrong_token() {
     let matched = &report["matched"];
     assert_eq!(matched["page"], matched["status"], "{report:#}");
     assert_eq!(matched["page"].as_object().map(|m| m.len()), Some(3), "{report:#}");
+    assert_eq!(report["room"]["injected"], false, "a room key became markup: {report:#}");
     assert_eq!(report["drain"]["card_state"], "draining", "{report:#}");
     assert!(report["drain"]["dialog"].as_str().unwrap().contains(&victim), "{report:#}");
     assert!(report["wrong_token"]["error"].as_str().unwrap().contains("401"), "{report:#}");

@@ -1,7 +1,7 @@
 # tests/dashboard/check.py: drive roomgate's dashboard in headless Debian Chromium (Playwright).
-# Usage: <venv>/bin/python tests/dashboard/check.py ADMIN_URL TOKEN BACKEND_TO_DRAIN
+# Usage: <venv>/bin/python tests/dashboard/check.py ADMIN_URL TOKEN BACKEND_TO_DRAIN ROOM
 #   signs in with TOKEN, waits until the figures on the page match /admin/status fetched at the
-#   same moment, drains BACKEND_TO_DRAIN from the page (confirm accepted, deadline 45s) and waits
+#   same moment, looks ROOM up (and a hostile key, which must show as text), drains BACKEND_TO_DRAIN from the page (confirm accepted, deadline 45s) and waits
 #   for the status and the card to show it, then tries a wrong token in a fresh tab.
 #   Prints a JSON report on stdout and exits 0; on failure prints the reason to stderr, exits 1.
 import json
@@ -36,7 +36,7 @@ class Failure(Exception):
     pass
 
 
-def main(base, token, victim):
+def main(base, token, victim, room_key):
     deadline = time.monotonic() + TOTAL
     console = []  # page errors and CSP violations: the report must show none
 
@@ -98,6 +98,25 @@ def main(base, token, victim):
             report["matched"] = {"page": both["page"]["backends"], "status": both["status"]["backends"],
                                  "live": both["page"]["live"], "websockets": both["page"]["websockets"]}
 
+            # The room search: a live room's owner as /admin/rooms/{key} has it; a hostile key as text.
+            def room(key):
+                page.fill("#room-key", key)
+                page.click("#room-search")
+                page.wait_for_selector("#room-result > *", timeout=budget_ms())
+                return page.inner_text("#room-result")
+
+            req = urllib.request.Request(base + "/admin/rooms/" + room_key,
+                                         headers={"Authorization": "Bearer " + token})
+            with urllib.request.urlopen(req, timeout=5) as r:
+                owner = json.load(r)["backend"]
+            shown = room(room_key)
+            hostile = "<img src=x id=injected>&amp;"
+            refused_text = room(hostile)
+            report["room"] = {"owner": owner, "shown": shown, "hostile": refused_text,
+                              "injected": page.query_selector("#injected") is not None}
+            if f"owner\t{owner}" not in shown.replace("\n", "\t") or hostile not in refused_text:
+                raise Failure(f"room search: {report['room']}")
+
             # A drain from the page: confirm accepted.
             dialogs = []
 
@@ -152,7 +171,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGALRM, lambda *_: (print("check.py: overall timeout", file=sys.stderr), os._exit(1)))
     signal.alarm(TOTAL + 3)
     try:
-        print(json.dumps(main(sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3])))
+        print(json.dumps(main(sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3], sys.argv[4])))
     except (Failure, PlaywrightError) as e:
         print(f"check.py: {e}", file=sys.stderr)
         sys.exit(1)
