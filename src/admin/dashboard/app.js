@@ -370,7 +370,7 @@ function renderTls(status) {
     const days = c.not_after_unix === null ? null : Math.floor((c.not_after_unix * 1000 - Date.now()) / 86400000);
     const cls = days === null ? "" : days < 3 ? "bad" : days < 14 ? "warn" : "good";
     const state = c.last_error ? `${c.serving ? "serving; " : "not serving; "}${c.last_error}` : c.serving ? "serving" : "not serving";
-    body.append(h("tr", {}, h("td", {}, c.names.join(", ") || c.cert), h("td", {}, c.not_after || "?"), h("td", { class: `num ${cls}` }, days === null ? "?" : days), h("td", { class: c.last_error || !c.serving ? "bad" : "" }, state)));
+    body.append(h("tr", {}, h("td", {}, c.names.join(", ") || c.cert), h("td", { title: c.not_after || "" }, c.not_after ? c.not_after.slice(0, 10) : "?"), h("td", { class: `num ${cls}` }, days === null ? "?" : days), h("td", { class: c.last_error || !c.serving ? "bad" : "" }, state)));
   }
 }
 
