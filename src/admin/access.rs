@@ -80,7 +80,9 @@ fn check_origin(headers: &HeaderMap, authority: Option<&Authority>) -> Result<()
     if same {
         return Ok(());
     }
-    Err(Denied::forbidden(format!("cross-site Origin {text:?} refused: the admin API serves no web page")))
+    Err(Denied::forbidden(format!(
+        "cross-site Origin {text:?} refused: only pages of this listener (the dashboard) may call the admin API"
+    )))
 }
 
 /// The authority of an `Origin` value (`scheme://host[:port]`). `None` for `null` and anything

@@ -1,6 +1,7 @@
 //! The admin API, on its own listener: status, rooms, drain and undrain, reload, Prometheus
-//! metrics, and the probes. JSON everywhere; errors as `{"error": "..."}`. Who may call it:
-//! [`access`]; bodies: [`body`]; connections, caps and timeouts: [`listener`].
+//! metrics, the probes, and the dashboard page. JSON everywhere; errors as `{"error": "..."}`.
+//! Who may call it: [`access`]; bodies: [`body`]; connections, caps and timeouts: [`listener`];
+//! the page: [`dashboard`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 mod access;
 mod body;
 mod client;
+mod dashboard;
 mod listener;
 
 pub use client::{AdminTarget, DrainOptions, drain_command, rebalance_command, undrain_command};
@@ -64,6 +66,11 @@ async fn handle(
         );
         r.headers_mut().insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
         return r;
+    }
+    // The page and its assets hold no data (everything they show, they fetch with the token),
+    // so they are served to anyone: the page asks for the token itself.
+    if let Some(page) = dashboard::asset(&req) {
+        return page;
     }
     let token = control.gateway().snapshot().config.admin.token.clone();
     if let Err(denied) = access::check(&req, token.as_deref()) {
