@@ -9,9 +9,15 @@
 #   bench/soak.sh --help
 #
 # Needs redis-server (apt-get install redis-server), or pass --redis-server PATH.
+# ROOMGATE_BIN=PATH runs that roomgate build instead of building the release one (CI runs the debug
+# build its tests made: target/debug/roomgate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-cargo build --release --quiet --bin roomgate
-cargo build --release --quiet --manifest-path bench/soak/Cargo.toml
-exec bench/soak/target/release/roomgate-soak --roomgate target/release/roomgate "$@"
+roomgate=${ROOMGATE_BIN:-}
+if [[ -z $roomgate ]]; then
+    cargo build --release --quiet --bin roomgate
+    roomgate=target/release/roomgate
+fi
+cargo build --release --quiet --locked --manifest-path bench/soak/Cargo.toml
+exec bench/soak/target/release/roomgate-soak --roomgate "$roomgate" "$@"
