@@ -224,3 +224,26 @@ async fn upstream_connections_are_reused_and_a_dropped_response_does_not_poison_
         assert_eq!((status, body.as_str()), (StatusCode::OK, "b0"));
     }
 }
+
+/// Idle upstream connections are closed once `upstream.idle_timeout` has passed, even when no
+/// request comes to meet them (the soak found a burst's connections kept open for ever: the pool
+/// dropped an expired connection only when a request next took it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_upstream_connections_close_after_the_idle_timeout_without_traffic() {
+    let backend = common::rawhttp::RawBackend::echo().await;
+    let extra = "[upstream]\nidle_timeout = \"1s\"\n";
+    let proxy = Proxy::start(&config(&[("b0", backend.addr)], ROUTES, extra)).await;
+    let client = http_client();
+    // A burst of concurrent requests leaves several connections idle in the pool.
+    let burst = (0..8).map(|i| {
+        let (client, url) = (client.clone(), proxy.url(&format!("/room/r1/{i}")));
+        async move { get(&client, &url, &[]).await.0 }
+    });
+    let statuses = futures_util::future::join_all(burst).await;
+    assert!(statuses.iter().all(|s| *s == StatusCode::OK), "{statuses:?}");
+    let conns = backend.conns();
+    assert!(conns.iter().any(|c| !c.closed), "the burst's connections were pooled: {} opened", conns.len());
+    let started = Instant::now();
+    let all_closed = backend.wait(LIMIT, |conns| conns.iter().all(|c| c.closed)).await;
+    assert!(all_closed, "idle upstream connections still open {:?} after the burst", started.elapsed());
+}

@@ -1,6 +1,6 @@
-//! The maintenance loop, every 250 ms: expires idle rooms and idle sockets, moves the rooms
-//! still live on a backend at its drain deadline, counts rooms found on two backends, and drops
-//! removed backends once they are empty.
+//! The maintenance loop, every 250 ms: expires idle rooms, idle sockets and idle upstream
+//! connections, moves the rooms still live on a backend at its drain deadline, counts rooms found
+//! on two backends, and drops removed backends once they are empty.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -62,8 +62,12 @@ impl Maintenance {
         self.drop_drained(&snap);
     }
 
-    /// Expires idle rooms and closes idle sockets (1001).
+    /// Expires idle rooms, closes idle sockets (1001) and idle upstream connections.
     fn expire(&self, snap: &Snapshot) {
+        let closed = self.gateway.sweep_idle_upstream();
+        if closed > 0 {
+            tracing::debug!(connections = closed, "idle upstream connections closed");
+        }
         let draining = |id: &str| snap.backend(id).is_some_and(|b| b.is_draining());
         let expired = self.gateway.directory().sweep(&Retention::from_config(&snap.config), &draining);
         if expired > 0 {

@@ -150,6 +150,12 @@ impl Gateway {
         &self.moving
     }
 
+    /// Closes the idle upstream connections past `upstream.idle_timeout` (or closed by their
+    /// backend); returns how many.
+    pub fn sweep_idle_upstream(&self) -> usize {
+        self.upstream.idle.sweep()
+    }
+
     /// Settings of a new tunnel whose handshake negotiated the RSV bits `rsv`.
     pub fn tunnel_options(&self, rsv: u8) -> TunnelOptions {
         TunnelOptions { close_timeout: self.snapshot.peek().config.timeouts.websocket_close, rsv }

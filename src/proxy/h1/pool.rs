@@ -1,7 +1,8 @@
 //! Idle keep-alive connections to backends, per backend address: taken by a request (checked
 //! then: not expired, not closed, nothing unasked-for waiting on it), given back when its
-//! response ended cleanly. No background task: an idle connection past its time is dropped
-//! when next met.
+//! response ended cleanly. An idle connection past its time is dropped when next met, or by
+//! [`Pool::sweep`] (the maintenance tick), whichever comes first, so that none outlives
+//! `upstream.idle_timeout` by more than a tick.
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
@@ -43,15 +44,28 @@ impl Pool {
             if since.elapsed() >= self.idle_timeout {
                 continue;
             }
-            // Nothing may be waiting: not an end of stream, not bytes nobody asked for.
-            match conn.side.io.try_read(&mut [0u8; 1]) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    conn.reused = true;
-                    return Some(conn);
-                }
-                _ => continue,
+            if still_idle(&conn) {
+                conn.reused = true;
+                return Some(conn);
             }
         }
+    }
+
+    /// Drops the idle connections past `upstream.idle_timeout` and those the backend has closed
+    /// or written to unasked; returns how many went. Each list is in the order connections were
+    /// given back, so the expired ones are its front.
+    pub fn sweep(&self) -> usize {
+        let mut dropped = 0;
+        let mut idle = lock(&self.idle);
+        for (_, list) in idle.iter_mut() {
+            let before = list.len();
+            let expired = list.partition_point(|(_, since)| since.elapsed() >= self.idle_timeout);
+            list.drain(..expired);
+            list.retain(|(conn, _)| still_idle(conn));
+            dropped += before - list.len();
+        }
+        idle.retain(|(_, list)| !list.is_empty());
+        dropped
     }
 
     /// Gives back a connection whose last response ended cleanly, unless the pool for its
@@ -73,4 +87,10 @@ impl Pool {
             list.push((conn, Instant::now()));
         }
     }
+}
+
+/// Nothing waits on an idle connection: not an end of stream, not bytes nobody asked for (a
+/// byte read here is lost, and the connection with it).
+fn still_idle(conn: &UpConn) -> bool {
+    matches!(conn.side.io.try_read(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
