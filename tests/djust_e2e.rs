@@ -291,9 +291,10 @@ async fn a_killed_backend_s_rooms_regroup_on_one_new_owner() {
     assert_eq!(rooms.len(), 12);
     let killed_at = Instant::now();
     stack.backends[0].kill().await;
-    // Every client sees its socket end, then reconnects as client.js does.
+    // Every client sees its socket end with roomgate's 1011 (never a bare end of stream), then
+    // reconnects as client.js does.
     let times = futures_util::future::join_all(rooms.iter_mut().flat_map(|m| m.iter_mut()).map(|tab| async move {
-        tab.closed().await;
+        assert_eq!(tab.closed().await, Some(1011), "a killed backend's client got no close frame");
         tab.reconnect().await;
         killed_at.elapsed()
     }))

@@ -74,6 +74,24 @@ async fn backend_close_codes_reach_the_client() {
     proxy.shutdown().await;
 }
 
+/// A backend that dies under open sockets leaves no client with a bare end of stream (a browser's
+/// 1006): each gets roomgate's 1011 (the chaos soak saw every killed backend's clients get none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_dies_gives_its_clients_1011() {
+    let (mut backends, proxy) = setup(1).await;
+    let mut members = Vec::new();
+    for _ in 0..3 {
+        let mut ws = ws_connect(&proxy.ws_url("/ws/live/?room=k"), &[]).await;
+        assert_eq!(ws_backend(&mut ws).await, "b0");
+        members.push(ws);
+    }
+    backends.remove(0).kill();
+    for ws in &mut members {
+        assert_eq!(close_code(ws).await, Some(1011), "roomgate's close, not a bare end of stream");
+    }
+    proxy.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fragmented_and_large_messages_relay_intact() {
     let (_b, proxy) = setup(2).await;

@@ -24,6 +24,10 @@ pub use registry::{CloseRequest, Paused, Registration, TunnelHandle, Tunnels};
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 /// Close code roomgate sends when a backend is drained or the room must move (service restart).
 pub const CLOSE_SERVICE_RESTART: u16 = 1012;
+/// Close code roomgate sends a client whose backend went away without a close frame (an
+/// unexpected condition). Not 1014 (bad gateway): client libraries that predate its registration,
+/// tungstenite among them, take 1014 for a protocol error.
+pub const CLOSE_BACKEND_GONE: u16 = 1011;
 
 /// Per-tunnel settings.
 #[derive(Clone, Copy, Debug)]
@@ -135,6 +139,13 @@ where
         }
         if let Poll::Ready(result) = Pin::new(&mut this.pump).poll(cx) {
             return Poll::Ready(finished(&this.pump, result, Ending::Finished));
+        }
+        if this.pump.backend_gone() {
+            // The backend went away and the client has roomgate's 1011: its reply is awaited
+            // as that of any close roomgate starts, no longer.
+            let deadline = Box::pin(tokio::time::sleep(this.opts.close_timeout));
+            this.closing = Some((CLOSE_BACKEND_GONE, deadline));
+            return this.poll_tunnel(cx);
         }
         if this.pump.activity() != this.seen {
             this.seen = this.pump.activity();

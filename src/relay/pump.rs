@@ -52,6 +52,9 @@ pub struct PumpStats {
     /// The page watch stopped the client's stream (djust sockets): navigation out of the room
     /// (1012), an unreadable page change (4400), a message too big to classify (1009).
     pub stopped: Option<u16>,
+    /// The backend's stream ended, or failed, without a close frame, and what the client was
+    /// sent ended at a frame boundary: the client got roomgate's close (1011) instead.
+    pub backend_gone: bool,
 }
 
 /// Relays bytes between `client` and `backend` in both directions until both are done.
@@ -61,6 +64,9 @@ pub struct Pump<C, B> {
     up: Direction,
     down: Direction,
     protocol_error: Option<(Side, FrameError)>,
+    /// The backend's connection failed; reported once the client has its close (the kind only:
+    /// an idle tunnel's memory is mostly this value).
+    backend_error: Option<io::ErrorKind>,
     /// Bumped on every chunk read, for idle detection.
     activity: u64,
 }
@@ -82,6 +88,7 @@ where
             up: Direction::new(Side::Client, Rules::CLIENT.with_rsv(rsv)),
             down: Direction::new(Side::Backend, Rules::SERVER.with_rsv(rsv)),
             protocol_error: None,
+            backend_error: None,
             activity: 0,
         }
     }
@@ -122,7 +129,13 @@ where
             backend_close: self.down.close_code(),
             protocol_error: self.protocol_error,
             stopped: self.up.stopped().map(|(code, _)| code),
+            backend_gone: self.down.lost(),
         }
+    }
+
+    /// The backend went away without a close frame (see [`PumpStats::backend_gone`]).
+    pub fn backend_gone(&self) -> bool {
+        self.down.lost()
     }
 
     pub fn activity(&self) -> u64 {
@@ -176,10 +189,21 @@ where
         loop {
             let up = this.up.poll_run(cx, &mut this.client, &mut this.backend, &mut this.activity);
             this.forward_stop();
+            if this.up.source_leaving() {
+                this.down.destination_leaving();
+            }
             let down = this.down.poll_run(cx, &mut this.backend, &mut this.client, &mut this.activity);
             let mut again = false;
             for (result, side) in [(up, Side::Client), (down, Side::Backend)] {
                 match result {
+                    // The backend's connection failed (a reset, a write to a dead peer): the
+                    // client still gets its close frame, as when the backend's stream ends.
+                    Poll::Ready(Err(DirError::Io(Side::Backend, source))) if this.backend_error.is_none() => {
+                        this.backend_error = Some(source.kind());
+                        this.down.source_failed();
+                        this.up.destination_gone();
+                        again = true;
+                    }
                     Poll::Ready(Err(DirError::Io(side, source))) => {
                         return Poll::Ready(Err(PumpError::Io { side, source }));
                     }
@@ -190,10 +214,18 @@ where
                     _ => {}
                 }
             }
+            if this.down.lost() {
+                // Nothing goes to a backend that went away; the client's reply to its 1011 is
+                // read and dropped (polled again at once: the client's stream may have no waker).
+                again |= this.up.destination_gone();
+            }
             if again {
                 continue;
             }
             if (this.up.is_done() && this.down.is_done()) || this.handshake_over() {
+                if let Some(kind) = this.backend_error.take() {
+                    return Poll::Ready(Err(PumpError::Io { side: Side::Backend, source: kind.into() }));
+                }
                 return Poll::Ready(Ok(this.stats()));
             }
             return Poll::Pending;

@@ -426,7 +426,9 @@ impl Judge {
                 let d = format!("conn {conn} stayed open, but {unconfirmed} of its messages never came back");
                 s.violation(t, "delivery", Some(&room), d);
             }
-            Ending::Code(1001 | 1012 | 1014) | Ending::Client => {}
+            // 1001 shutdown or idle, 1012 a move, 1011 a backend that went away, 1014 one that
+            // broke the framing.
+            Ending::Code(1001 | 1011 | 1012 | 1014) | Ending::Client => {}
             Ending::Code(code) => {
                 s.violation(t, "close-code", Some(&room), format!("conn {conn} on {backend}: close code {code}"))
             }

@@ -130,7 +130,7 @@ pub fn summary(h: &Header, r: &Results<'_>, faults: &BTreeMap<&'static str, u64>
     let _ = writeln!(out, "| socket ends | {} |", fmt_map(&c.closes));
     let _ = writeln!(
         out,
-        "| ends without a close frame after their backend died (passed through) | {} |",
+        "| ends without a close frame after their backend died (only one that dies mid-frame leaves no close) | {} |",
         c.bare_after_backend_death
     );
     let _ = writeln!(out, "| failed handshakes (retried) | {} |", fmt_map(&c.handshake_failures));

@@ -10,6 +10,7 @@ use std::task::{Context, Poll, ready};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{Side, mask_key};
+use crate::relay::CLOSE_BACKEND_GONE;
 use crate::relay::frame::{FrameError, FrameTracker, Rules, close_frame};
 use crate::relay::watch::{NavWatch, Stop};
 
@@ -62,6 +63,14 @@ pub(super) struct Direction {
     stopped: Option<(u16, &'static str)>,
     /// Held at the next frame boundary (a room hand-off's pause: `hold.rs`).
     hold: bool,
+    /// The source (a backend) ended its stream, or failed, without a close frame, at a frame
+    /// boundary: the destination got roomgate's close (1011) instead.
+    lost: bool,
+    /// The destination is gone: nothing more is written to it.
+    dst_gone: bool,
+    /// The destination is leaving (its own stream ended, or it sent a close frame): the source's
+    /// end of stream is no news to it, and gets no close of roomgate's.
+    dst_leaving: bool,
 }
 
 /// What went wrong in one direction.
@@ -101,6 +110,9 @@ impl Direction {
             watch: None,
             stopped: None,
             hold: false,
+            lost: false,
+            dst_gone: false,
+            dst_leaving: false,
         }
     }
 
@@ -125,6 +137,44 @@ impl Direction {
 
     pub(super) fn is_done(&self) -> bool {
         self.phase == Phase::Done
+    }
+
+    /// The source (a backend) went away without a close frame: see [`Direction::source_failed`].
+    pub(super) fn lost(&self) -> bool {
+        self.lost
+    }
+
+    /// The source has ended its stream or sent its close frame.
+    pub(super) fn source_leaving(&self) -> bool {
+        self.src_eof || self.tracker.close_code().is_some()
+    }
+
+    /// The destination is leaving: see `dst_leaving`.
+    pub(super) fn destination_leaving(&mut self) {
+        self.dst_leaving = true;
+    }
+
+    /// The source failed (an I/O error): it is read no more, and is handled as an end of stream.
+    pub(super) fn source_failed(&mut self) {
+        self.src_eof = true;
+    }
+
+    /// The destination is gone (a backend that ended its stream or failed): nothing more is
+    /// written to it. The source is read to its close frame (its reply to the close the other
+    /// direction sent it) or its end, then this direction is done. Returns whether this is news.
+    pub(super) fn destination_gone(&mut self) -> bool {
+        if self.dst_gone {
+            return false;
+        }
+        self.dst_gone = true;
+        self.pending = Vec::new();
+        self.pending_pos = 0;
+        self.needs_flush = false;
+        self.hold = false;
+        self.watch = None;
+        let replied = self.tracker.close_code().is_some();
+        self.phase = if self.phase == Phase::Done || self.src_eof || replied { Phase::Done } else { Phase::Discard };
+        true
     }
 
     /// The source's close frame went this way, all of it written.
@@ -152,7 +202,7 @@ impl Direction {
     /// sent no close frame (1014, bad gateway, to a client whose backend broke; 1001 to a backend
     /// whose client did); otherwise its connection just ends.
     pub(super) fn source_broke(&mut self, clean: bool) {
-        if clean && self.tracker.close_code().is_none() {
+        if clean && self.tracker.close_code().is_none() && !self.dst_gone {
             self.close = match self.src {
                 Side::Backend => close_frame(1014, "bad gateway", None),
                 Side::Client => close_frame(1001, "", Some(mask_key())),
@@ -225,6 +275,18 @@ impl Direction {
             _ => {}
         }
         if self.src_eof {
+            let unexpected = !self.dst_leaving && self.tracker.close_code().is_none();
+            if self.phase == Phase::Relay && self.src == Side::Backend && unexpected {
+                // The backend went away without a close frame (it died, or reset the connection):
+                // the client gets one of roomgate's at the frame boundary, never a bare end of
+                // stream (which browsers report as 1006).
+                if self.written_to_boundary() {
+                    self.lost = true;
+                    self.close = close_frame(CLOSE_BACKEND_GONE, "backend went away", None);
+                    self.inject_close(After::Stop);
+                    return Poll::Ready(Next::Again);
+                }
+            }
             if matches!(self.phase, Phase::Relay | Phase::Closing(_)) {
                 let _ = ready!(Pin::new(&mut *dst).poll_shutdown(cx));
             }

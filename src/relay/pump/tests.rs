@@ -78,6 +78,10 @@ async fn relays_both_ways_and_propagates_eof() {
     backend.shutdown().await.unwrap();
     let stats = task.await.unwrap().unwrap();
     assert_eq!((stats.bytes_up, stats.bytes_down), (up.len() as u64, down.len() as u64));
+    assert!(!stats.backend_gone, "a backend answering its client's end of stream is not gone");
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty(), "the leaving client got {rest:?}");
 }
 
 #[tokio::test]
@@ -259,4 +263,74 @@ async fn a_stop_reaches_the_client_even_when_the_backend_ends_its_stream_at_once
     client.write_all(&frame(OP_CLOSE, &1012u16.to_be_bytes(), Some(M))).await.unwrap();
     let stats = tokio::time::timeout(std::time::Duration::from_secs(5), task).await.unwrap().unwrap().unwrap();
     assert_eq!(stats.stopped, Some(1012));
+}
+
+/// The backend's stream ends after a whole frame, with no close frame (a process that died): the
+/// client gets the frame, then roomgate's 1011, never a bare end of stream; its close reply ends
+/// the tunnel, and nothing of it is written to the gone backend.
+#[tokio::test]
+async fn a_backend_that_ends_without_a_close_frame_gets_the_client_1011() {
+    let (mut client, mut backend, pump) = setup().await;
+    let task = tokio::spawn(pump);
+    let down = frame(2, b"last words", None);
+    backend.write_all(&down).await.unwrap();
+    backend.shutdown().await.unwrap();
+    let (got, code) = read_until_close(&mut client).await;
+    assert_eq!(code, Some(1011));
+    assert!(got.starts_with(&down), "the backend's last frame first: {got:?}");
+    client.write_all(&frame(OP_CLOSE, &1011u16.to_be_bytes(), Some(M))).await.unwrap();
+    let stats = tokio::time::timeout(std::time::Duration::from_secs(5), task).await.unwrap().unwrap().unwrap();
+    assert!(stats.backend_gone);
+    assert_eq!(stats.bytes_up, 0, "the client's close reply went nowhere");
+    let mut rest = Vec::new();
+    backend.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty(), "the gone backend was sent {rest:?}");
+}
+
+/// The backend resets its connection: the client still gets 1011, and the tunnel reports the
+/// backend's error.
+#[tokio::test]
+async fn a_backend_that_resets_gets_the_client_1011_and_the_error_is_reported() {
+    let (mut client, backend, pump) = setup().await;
+    let task = tokio::spawn(pump);
+    backend.set_linger(Some(std::time::Duration::ZERO)).unwrap();
+    drop(backend); // RST
+    let (_, code) = read_until_close(&mut client).await;
+    assert_eq!(code, Some(1011));
+    client.write_all(&frame(OP_CLOSE, &1011u16.to_be_bytes(), Some(M))).await.unwrap();
+    let result = tokio::time::timeout(std::time::Duration::from_secs(5), task).await.unwrap().unwrap();
+    assert!(matches!(result, Err(PumpError::Io { side: Side::Backend, .. })), "{result:?}");
+}
+
+/// A backend that dies half way through a frame: nothing valid can follow, so the client's
+/// connection just ends (no close frame inside a frame).
+#[tokio::test]
+async fn a_backend_that_ends_mid_frame_ends_the_clients_connection() {
+    let (mut client, mut backend, pump) = setup().await;
+    let task = tokio::spawn(pump);
+    let down = frame(2, &[9u8; 100], None);
+    backend.write_all(&down[..50]).await.unwrap();
+    backend.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(5), client.read_to_end(&mut got)).await.unwrap().unwrap();
+    assert_eq!(got, down[..50], "the half frame, then the end of stream");
+    client.shutdown().await.unwrap();
+    let stats = tokio::time::timeout(std::time::Duration::from_secs(5), task).await.unwrap().unwrap().unwrap();
+    assert!(!stats.backend_gone);
+}
+
+/// The client writes while its backend has just reset: the write fails, and the client still
+/// gets its close frame.
+#[tokio::test]
+async fn a_write_to_a_reset_backend_still_closes_the_client_1011() {
+    let (mut client, backend, pump) = setup().await;
+    backend.set_linger(Some(std::time::Duration::ZERO)).unwrap();
+    drop(backend);
+    client.write_all(&frame(1, b"into the void", Some(M))).await.unwrap();
+    let task = tokio::spawn(pump);
+    let (_, code) = read_until_close(&mut client).await;
+    assert_eq!(code, Some(1011));
+    drop(client);
+    let result = tokio::time::timeout(std::time::Duration::from_secs(5), task).await.unwrap().unwrap();
+    assert!(result.is_err(), "{result:?}");
 }
