@@ -109,6 +109,7 @@ async fn a_drain_with_handoff_moves_the_room_with_its_log_and_closes_its_sockets
     assert_eq!(e.authorization.as_deref(), Some("Bearer a-long-enough-token-1234"));
     assert_eq!(i.content_type.as_deref(), Some("application/json"), "the export's Content-Type goes along");
 
+    handoffs_done(&proxy, 1).await;
     let text = metrics(&proxy).await;
     assert_eq!(metric(&text, "roomgate_handoffs_total{outcome=\"moved\"}"), 1, "{text}");
     let status = admin_get(&proxy, "/admin/status").await;
@@ -151,6 +152,7 @@ async fn a_failed_export_restarts_the_room_with_restart_and_keeps_it_with_stay()
     let (_ws, new, len) = join(&proxy, "r1").await;
     assert_ne!(new, old);
     assert_eq!(len, 0, "restarted empty");
+    handoffs_done(&proxy, 1).await;
     let text = metrics(&proxy).await;
     assert_eq!(metric(&text, "roomgate_handoffs_total{outcome=\"restarted\"}"), 1, "{text}");
     assert_eq!(metric(&text, "roomgate_handoff_failures_total{step=\"export\"}"), 1, "{text}");
@@ -180,6 +182,7 @@ async fn a_failed_export_restarts_the_room_with_restart_and_keeps_it_with_stay()
     assert_eq!(log_of(&mut ws).await, ["a", "b"], "the socket was resumed, nothing lost");
     let (_ws2, again, len) = join(&proxy, "r2").await;
     assert_eq!((again.as_str(), len), (old.as_str(), 2), "new joins still go to the old owner");
+    handoffs_done(&proxy, 1).await;
     let text = metrics(&proxy).await;
     assert_eq!(metric(&text, "roomgate_handoffs_total{outcome=\"stayed\"}"), 1, "{text}");
 }
@@ -278,6 +281,15 @@ fn assert_no_room_on_two_backends(backends: &[RoomBackend]) {
     assert!(found.is_empty(), "rooms on two backends at once: {found:?}");
 }
 
+/// Waits (bounded) until `n` moves with hand-off of `proxy` have ended, outcome counted.
+async fn handoffs_done(proxy: &Proxy, n: u64) {
+    let start = std::time::Instant::now();
+    while admin_get(proxy, "/admin/status").await["handoff"]["done"].as_u64() < Some(n) {
+        assert!(start.elapsed() < LIMIT, "{n} hand-offs not done in time");
+        tokio::task::yield_now().await;
+    }
+}
+
 /// Waits (bounded) for `n` more completed directory syncs of `proxy`.
 async fn syncs(proxy: &Proxy, n: u64) {
     let mut rx = proxy.control.syncs();
@@ -339,6 +351,33 @@ async fn with_two_replicas_the_others_sockets_pause_and_its_joins_wait_for_the_m
     assert_eq!(close_code(&mut via_a).await, Some(1012));
     assert_eq!(close_code(&mut via_b).await, Some(1012), "B closes its sockets of the moved room");
     assert_eq!(old_b.log("both").map(|l| l.len()), Some(5), "the paused message never reached the old owner");
+    assert_no_room_on_two_backends(&backends);
+}
+
+/// A drain with hand-off asked of one replica moves at once the rooms live only through the
+/// other, not at the drain deadline minutes later (the chaos soak found them waiting for it: the
+/// replica that got the request moved only the rooms it held live).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_replicas_a_drain_with_handoff_moves_the_rooms_live_only_through_the_other() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
+    let redis = common::redis_server::Redis::start().await;
+    let backends = fleet(3).await;
+    let (a, b) = two_replicas(&backends, &redis).await;
+
+    let (mut via_b, old, _) = join(&b, "only-b").await;
+    for i in 0..3 {
+        say(&mut via_b, &format!("m{i}")).await;
+    }
+    let (status, _) = admin_post(&a, &format!("/admin/backends/{old}/drain"), r#"{"handoff": true}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(close_code(&mut via_b).await, Some(1012), "B moved its room now (the deadline is 5 minutes away)");
+    let (_ws, new, len) = join(&b, "only-b").await;
+    assert_ne!(new, old, "the room left the drained backend");
+    assert_eq!(len, 3, "with the whole log");
+    let old_b = backends.iter().find(|x| x.id == old).unwrap();
+    assert_eq!(old_b.calls().len(), 1, "one export: the request is acted on once");
     assert_no_room_on_two_backends(&backends);
 }
 
@@ -460,6 +499,7 @@ async fn a_move_whose_record_meets_the_rebuild_window_is_recorded_once_it_ends()
     let (_ws, new, len) = join(&a, "flushed").await;
     assert_ne!(new, old);
     assert_eq!(len, 5, "with the whole log");
+    handoffs_done(&a, 1).await;
     let text = metrics(&a).await;
     assert_eq!(metric(&text, "roomgate_handoffs_total{outcome=\"moved\"}"), 1, "{text}");
     assert_no_room_on_two_backends(&backends);
@@ -496,6 +536,8 @@ async fn a_move_not_recorded_within_its_lease_gives_the_old_owner_its_state_back
     assert_eq!(new_b.calls().len(), 1, "the new owner got the import once");
     say(&mut member, "after").await; // the socket resumed on the old owner
     assert_eq!(old_b.log("kept").map(|l| l.len()), Some(4));
+    // The sockets resume inside the move; its outcome is counted as it returns.
+    handoffs_done(&proxy, 1).await;
     let text = metrics(&proxy).await;
     assert_eq!(metric(&text, "roomgate_handoff_failures_total{step=\"record\"}"), 1, "{text}");
     assert_eq!(metric(&text, "roomgate_handoffs_total{outcome=\"stayed\"}"), 1, "{text}");

@@ -1,6 +1,6 @@
 //! The fleet sync loop (shared directories only): every `[directory] refresh` it publishes this
-//! replica's live rooms, applies drains started by other replicas, and moves the sockets of rooms
-//! whose fleet owner is another backend.
+//! replica's live rooms, applies drains started by other replicas (and moves the rooms live here
+//! of those with hand-off), and moves the sockets of rooms whose fleet owner is another backend.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::drain::Drains;
+use super::handoff::{Batch, Handoffs};
 use crate::clock::unix_ms;
 use crate::config::Directory;
 use crate::directory::{AWAY_POLL, ReplicaState};
@@ -18,6 +19,7 @@ use crate::snapshot::Snapshot;
 pub struct FleetSync {
     pub gateway: Arc<Gateway>,
     pub drains: Arc<Drains>,
+    pub handoffs: Handoffs,
     /// Completed syncs, for whoever waits on one.
     pub syncs: watch::Sender<u64>,
 }
@@ -45,6 +47,7 @@ impl FleetSync {
         let me = ReplicaState { epoch: snap.epoch, backends: snap.backends.iter().map(|b| b.id.clone()).collect() };
         let Some(report) = self.gateway.directory().sync(&me).await else { return false };
         self.apply_fleet_drains(&report.drains, refresh);
+        self.apply_fleet_handoffs(&report.handoffs);
         for (room, from, to) in report.moved {
             let closed = self.gateway.close_moved(&room, &from);
             tracing::warn!(room, from = %from, to = %to, sockets_closed = closed, "the fleet holds this room on another backend: its sockets here move there");
@@ -53,6 +56,33 @@ impl FleetSync {
             }
         }
         true
+    }
+
+    /// Moves the rooms live here on each backend drained with hand-off by any replica, once per
+    /// request: the replica that got the request sees only its own live rooms.
+    fn apply_fleet_handoffs(&self, handoffs: &HashMap<String, u64>) {
+        let snap = self.gateway.snapshot();
+        if snap.config.handoff.is_none() {
+            return;
+        }
+        for (id, &at_ms) in handoffs {
+            // A backend not draining here (not in this config, or its drain not applied yet)
+            // is looked at again at the next sync.
+            let Some(backend) = snap.backend(id).filter(|b| b.is_draining()) else { continue };
+            if !self.drains.first_handoff(&backend.id, at_ms) {
+                continue;
+            }
+            let rooms = self.gateway.directory().live_rooms_on(id);
+            tracing::info!(
+                backend = id,
+                rooms = rooms.len(),
+                "drain with hand-off asked for through another replica: moving the rooms live here"
+            );
+            if !rooms.is_empty() {
+                let batch = Batch { from: backend.id.clone(), rooms, spread: snap.config.drain.spread, forced: false };
+                self.handoffs.submit(batch);
+            }
+        }
     }
 
     /// Makes this replica's drains match the fleet's, except for backends drained or undrained

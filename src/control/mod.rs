@@ -103,7 +103,12 @@ impl Control {
         let gateway = &self.gateway;
         let maintenance =
             Maintenance::new(gateway.clone(), self.publisher.clone(), self.splits.clone(), self.handoffs.clone());
-        let fleet = FleetSync { gateway: gateway.clone(), drains: self.drains.clone(), syncs: self.syncs.clone() };
+        let fleet = FleetSync {
+            gateway: gateway.clone(),
+            drains: self.drains.clone(),
+            handoffs: self.handoffs.clone(),
+            syncs: self.syncs.clone(),
+        };
         let discovery = crate::discovery::run(self.publisher.clone(), self.discovery.clone(), gateway.clone());
         let mut tasks = vec![
             AbortOnDropHandle::new(tokio::spawn(maintenance.run())),
@@ -176,13 +181,14 @@ impl Control {
     }
 
     /// Starts (or re-times) a drain (see [`Drains::drain`]). With `handoff`, every live room of
-    /// the backend moves now, with its state, spread over `[drain] spread`.
+    /// the backend moves now, with its state, spread over `[drain] spread`: those live here from
+    /// this replica, those live through other replicas from them (at their next sync).
     pub fn drain(&self, id: &str, deadline: Option<Duration>, handoff: bool) -> Result<Drain, ControlError> {
         let snap = self.gateway.snapshot();
         if handoff && snap.config.handoff.is_none() {
             return Err(ControlError::NoHandoff);
         }
-        let drain = self.drains.drain(id, deadline)?;
+        let drain = self.drains.drain(id, deadline, handoff)?;
         if handoff {
             let rooms = self.gateway.directory().live_rooms_on(id);
             tracing::info!(backend = id, rooms = rooms.len(), "drain with hand-off: moving every live room now");

@@ -172,8 +172,8 @@ pub trait RoomDirectory: Send + Sync + 'static {
         Box::pin(std::future::pending())
     }
 
-    /// Shares a drain (`Some(deadline)`, unix milliseconds) or its end (`None`) with the fleet.
-    fn share_drain<'a>(&'a self, _backend: &'a str, _deadline_ms: Option<u64>) -> BoxFuture<'a, ()> {
+    /// Shares a drain (`Some`) or its end (`None`) with the fleet.
+    fn share_drain<'a>(&'a self, _backend: &'a str, _drain: Option<SharedDrain>) -> BoxFuture<'a, ()> {
         Box::pin(std::future::ready(()))
     }
 
@@ -233,11 +233,23 @@ pub struct ReplicaState {
     pub backends: Vec<Arc<str>>,
 }
 
+/// A drain as the fleet shares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedDrain {
+    /// Unix milliseconds.
+    pub deadline_ms: u64,
+    /// A drain with hand-off: when it was asked for (unix milliseconds, which tells one request
+    /// from the next). Every replica moves the backend's rooms live through it, once per request.
+    pub handoff_ms: Option<u64>,
+}
+
 /// What a sync brought back.
 #[derive(Clone, Debug, Default)]
 pub struct SyncReport {
     /// Drains in force across the fleet: backend id -> deadline (unix milliseconds).
     pub drains: std::collections::HashMap<String, u64>,
+    /// Drains with hand-off across the fleet: backend id -> when it was asked for (unix ms).
+    pub handoffs: std::collections::HashMap<String, u64>,
     /// Rooms this replica held live on another owner than the fleet's, already moved in the
     /// directory: (room, old owner, fleet owner). The caller closes their sockets on the old one.
     pub moved: Vec<(String, Arc<str>, Arc<str>)>,

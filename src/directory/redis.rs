@@ -53,7 +53,7 @@ pub use self::settings::RedisSettings;
 use self::status::Calls;
 use super::{
     BoxFuture, DirectoryMetrics, DirectoryStatus, FleetRoom, MemoryDirectory, Placement, Reassigned, ReplicaState,
-    Retention, RoomDirectory, RoomInfo, SyncReport, Use,
+    Retention, RoomDirectory, RoomInfo, SharedDrain, SyncReport, Use,
 };
 use crate::lock::lock;
 use crate::throttle::Throttle;
@@ -95,7 +95,7 @@ pub struct RedisDirectory {
     /// every sync).
     outage_log: Throttle,
     /// Drain changes made here while Redis was unreachable, replayed by the next sync.
-    unshared_drains: Mutex<Vec<(String, Option<u64>)>>,
+    unshared_drains: Mutex<Vec<(String, Option<SharedDrain>)>>,
     /// Fleet figures read by the last sync.
     fleet: Mutex<Fleet>,
     calls: Calls,
@@ -351,11 +351,11 @@ impl RoomDirectory for RedisDirectory {
         Box::pin(self.wake.notified())
     }
 
-    fn share_drain<'a>(&'a self, backend: &'a str, deadline_ms: Option<u64>) -> BoxFuture<'a, ()> {
+    fn share_drain<'a>(&'a self, backend: &'a str, drain: Option<SharedDrain>) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            if !self.write_drain(backend, deadline_ms).await {
+            if !self.write_drain(backend, drain).await {
                 tracing::warn!(backend, "Redis unreachable: the drain change is shared once it is back");
-                lock(&self.unshared_drains).push((backend.to_owned(), deadline_ms));
+                lock(&self.unshared_drains).push((backend.to_owned(), drain));
             }
         })
     }

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::wire::Record;
-use super::{BATCH, GONE_BATCH, RedisDirectory, ReplicaState, SyncReport, lock};
+use super::{BATCH, GONE_BATCH, RedisDirectory, ReplicaState, SharedDrain, SyncReport, lock};
 
 impl RedisDirectory {
     /// One sync: reconnect if needed, replay drains, refresh live rooms, heartbeat, read drains.
@@ -34,22 +34,26 @@ impl RedisDirectory {
         }
         let moved = self.refresh().await?;
         self.extend_first_sockets().await?;
-        let drains = self.heartbeat(me).await?;
-        Some(SyncReport { drains, moved })
+        let (drains, handoffs) = self.heartbeat(me).await?;
+        Some(SyncReport { drains, handoffs, moved })
     }
 
-    /// Shares a drain's deadline (unix ms) or its end; `false`: Redis did not take it.
-    pub(super) async fn write_drain(&self, backend: &str, deadline: Option<u64>) -> bool {
-        let key = self.key("drains", "");
-        let mut cmd = match deadline {
-            Some(_) => redis::cmd("HSET"),
-            None => redis::cmd("HDEL"),
+    /// Shares a drain (its deadline, and when a hand-off was asked for) or its end, in one
+    /// transaction; `false`: Redis did not take it. A drain without hand-off ends any earlier
+    /// request for one: the latest request wins.
+    pub(super) async fn write_drain(&self, backend: &str, drain: Option<SharedDrain>) -> bool {
+        let (drains, handoffs) = (self.key("drains", ""), self.key("drain-handoffs", ""));
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        match drain {
+            Some(d) => pipe.cmd("HSET").arg(&drains).arg(backend).arg(d.deadline_ms).ignore(),
+            None => pipe.cmd("HDEL").arg(&drains).arg(backend).ignore(),
         };
-        cmd.arg(&key).arg(backend);
-        if let Some(ms) = deadline {
-            cmd.arg(ms);
-        }
-        self.call(&self.calls.sync, async |c| cmd.query_async::<i64>(c).await).await.is_some()
+        match drain.and_then(|d| d.handoff_ms) {
+            Some(ms) => pipe.cmd("HSET").arg(&handoffs).arg(backend).arg(ms).ignore(),
+            None => pipe.cmd("HDEL").arg(&handoffs).arg(backend).ignore(),
+        };
+        self.call(&self.calls.sync, async |c| pipe.query_async::<()>(c).await).await.is_some()
     }
 
     /// Publishes the rooms held live here and removes from `held:{replica}` those no longer
