@@ -258,16 +258,19 @@ async fn a_drain_deadline_with_handoff_moves_the_room_with_its_state() {
     assert_eq!(len, 1, "with its state");
 }
 
+/// The config of replica `replica` of `backends` on `redis`, with hand-off.
+fn replica_config(backends: &[RoomBackend], redis: &common::redis_server::Redis, replica: &str) -> String {
+    let directory = format!(
+        "[handoff]\n[directory]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"300ms\"\ntimeout = \"250ms\"\nreplica_id = \"{replica}\"\n",
+        redis.url()
+    );
+    config_for(backends, &directory)
+}
+
 /// Replicas A and B of `backends` on `redis`, with hand-off, each synced once.
 async fn two_replicas(backends: &[RoomBackend], redis: &common::redis_server::Redis) -> (Proxy, Proxy) {
-    let directory = |replica: &str| {
-        format!(
-            "[handoff]\n[directory]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"300ms\"\ntimeout = \"250ms\"\nreplica_id = \"{replica}\"\n",
-            redis.url()
-        )
-    };
-    let a = Proxy::start(&config_for(backends, &directory("A"))).await;
-    let b = Proxy::start(&config_for(backends, &directory("B"))).await;
+    let a = Proxy::start(&replica_config(backends, redis, "A")).await;
+    let b = Proxy::start(&replica_config(backends, redis, "B")).await;
     syncs(&a, 1).await;
     syncs(&b, 1).await;
     (a, b)
@@ -378,6 +381,51 @@ async fn with_two_replicas_a_drain_with_handoff_moves_the_rooms_live_only_throug
     assert_eq!(len, 3, "with the whole log");
     let old_b = backends.iter().find(|x| x.id == old).unwrap();
     assert_eq!(old_b.calls().len(), 1, "one export: the request is acted on once");
+    assert_no_room_on_two_backends(&backends);
+}
+
+/// A rebalance asked of one replica moves the rooms live only through the other too (as a drain
+/// with hand-off does): each replica moves the rooms live through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_replicas_a_rebalance_moves_the_rooms_live_only_through_the_other() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
+    let redis = common::redis_server::Redis::start().await;
+    let mut backends = fleet(2).await;
+    let (a, b) = two_replicas(&backends, &redis).await;
+    let mut members = Vec::new();
+    for i in 0..16 {
+        let room = format!("room{i}");
+        let (mut ws, _, _) = join(&b, &room).await;
+        say(&mut ws, &format!("{room}-hello")).await;
+        members.push((room, ws));
+    }
+    backends.push(RoomBackend::start("b2").await);
+    for (proxy, replica) in [(&a, "A"), (&b, "B")] {
+        let epoch = *proxy.control.epochs().borrow();
+        proxy.write_config(&replica_config(&backends, &redis, replica));
+        let (status, body) = admin_post(proxy, "/admin/reload", "").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        proxy.wait_epoch(epoch + 1).await;
+    }
+    let snap = b.control.gateway().snapshot();
+    let expected: Vec<String> = members
+        .iter()
+        .filter(|(room, _)| snap.place_new(room.as_bytes()).unwrap().id.as_ref() == "b2")
+        .map(|(room, _)| room.clone())
+        .collect();
+    assert!(!expected.is_empty(), "some rooms place on the new backend");
+    let (status, body) = admin_post(&a, "/admin/rebalance", "{}").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["moves"], 0, "A holds none of the rooms live");
+    for (room, ws) in &mut members {
+        if expected.contains(room) {
+            assert_eq!(close_code(ws).await, Some(1012), "{room}: B moved it");
+            let (_ws, owner, len) = join(&b, room).await;
+            assert_eq!((owner.as_str(), len), ("b2", 1), "{room} moved with its log");
+        }
+    }
     assert_no_room_on_two_backends(&backends);
 }
 

@@ -48,6 +48,9 @@ impl FleetSync {
         let Some(report) = self.gateway.directory().sync(&me).await else { return false };
         self.apply_fleet_drains(&report.drains, refresh);
         self.apply_fleet_handoffs(&report.handoffs);
+        if let Some((at_ms, max_moves)) = report.rebalance {
+            self.apply_fleet_rebalance(at_ms, max_moves);
+        }
         for (room, from, to) in report.moved {
             let closed = self.gateway.close_moved(&room, &from);
             tracing::warn!(room, from = %from, to = %to, sockets_closed = closed, "the fleet holds this room on another backend: its sockets here move there");
@@ -83,6 +86,17 @@ impl FleetSync {
                 self.handoffs.submit(batch);
             }
         }
+    }
+
+    /// Moves the rooms live here whose placement owner is another backend, once per rebalance
+    /// request of any replica.
+    fn apply_fleet_rebalance(&self, at_ms: u64, max_moves: Option<usize>) {
+        let snap = self.gateway.snapshot();
+        if snap.config.handoff.is_none() || !self.handoffs.first_rebalance(at_ms) {
+            return;
+        }
+        let queued = self.handoffs.rebalance(&self.gateway, &snap, max_moves.unwrap_or(usize::MAX));
+        tracing::info!(rooms = queued, "rebalance asked for through another replica: moving the rooms live here");
     }
 
     /// Makes this replica's drains match the fleet's, except for backends drained or undrained

@@ -199,18 +199,20 @@ impl Control {
 
     /// Moves every live room whose owner is not its placement owner (after a scale-out, or a
     /// backend that came back), with its state, spread over `[drain] spread`, at most
-    /// `max_moves` of them. Returns how many were queued.
+    /// `max_moves` of them. Returns how many were queued here. Through a shared directory the
+    /// request goes to every replica, which moves the rooms live through it (at most
+    /// `max_moves` each) at its next sync.
     pub fn rebalance(&self, max_moves: Option<usize>) -> Result<usize, ControlError> {
         let snap = self.gateway.snapshot();
         if snap.config.handoff.is_none() {
             return Err(ControlError::NoHandoff);
         }
-        let plan = handoff::rebalance_plan(&self.gateway, &snap, max_moves.unwrap_or(usize::MAX));
-        let queued = plan.iter().map(|(_, rooms)| rooms.len()).sum();
+        let at_ms = crate::clock::unix_ms();
+        self.handoffs.first_rebalance(at_ms);
+        let queued = self.handoffs.rebalance(&self.gateway, &snap, max_moves.unwrap_or(usize::MAX));
         tracing::info!(rooms = queued, "rebalance: moving rooms to their placement owners");
-        for (from, rooms) in plan {
-            self.handoffs.submit(Batch { from, rooms, spread: snap.config.drain.spread, forced: false });
-        }
+        let directory = self.gateway.directory().clone();
+        tokio::spawn(async move { directory.share_rebalance(at_ms, max_moves).await });
         Ok(queued)
     }
 

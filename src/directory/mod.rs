@@ -177,6 +177,12 @@ pub trait RoomDirectory: Send + Sync + 'static {
         Box::pin(std::future::ready(()))
     }
 
+    /// Asks every replica for a rebalance of the rooms live through it (at most `max_moves`
+    /// each); `at_ms` (unix ms) tells one request from the next.
+    fn share_rebalance<'a>(&'a self, _at_ms: u64, _max_moves: Option<usize>) -> BoxFuture<'a, ()> {
+        Box::pin(std::future::ready(()))
+    }
+
     /// Marks `key` as being handed off by this replica from `from` for at most `lease`. Through
     /// a shared directory, joins on every replica that asks it wait meanwhile, and the other
     /// replicas are told to pause their sockets of the room on `from` (see [`FleetMove`]).
@@ -250,6 +256,9 @@ pub struct SyncReport {
     pub drains: std::collections::HashMap<String, u64>,
     /// Drains with hand-off across the fleet: backend id -> when it was asked for (unix ms).
     pub handoffs: std::collections::HashMap<String, u64>,
+    /// The latest rebalance request of the fleet, while it lasts: when it was asked for (unix
+    /// ms), and its `max_moves`.
+    pub rebalance: Option<(u64, Option<usize>)>,
     /// Rooms this replica held live on another owner than the fleet's, already moved in the
     /// directory: (room, old owner, fleet owner). The caller closes their sockets on the old one.
     pub moved: Vec<(String, Arc<str>, Arc<str>)>,

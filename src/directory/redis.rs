@@ -360,6 +360,14 @@ impl RoomDirectory for RedisDirectory {
         })
     }
 
+    fn share_rebalance<'a>(&'a self, at_ms: u64, max_moves: Option<usize>) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if !self.write_rebalance(at_ms, max_moves).await {
+                tracing::warn!("Redis unreachable: the rebalance is not shared; only this replica's rooms move");
+            }
+        })
+    }
+
     fn leave_fleet(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let mut pipe = redis::pipe();

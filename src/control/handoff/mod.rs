@@ -71,6 +71,8 @@ pub struct Progress {
 pub struct Handoffs {
     batches: mpsc::UnboundedSender<Batch>,
     progress: Arc<Progress>,
+    /// The last rebalance request acted on here, by any replica (unix ms; 0: none).
+    rebalanced: Arc<AtomicU64>,
 }
 
 impl Handoffs {
@@ -79,13 +81,30 @@ impl Handoffs {
         let (batches, rx) = mpsc::unbounded_channel();
         let progress = Arc::new(Progress::default());
         let looper = HandoffLoop { gateway, rx, progress: progress.clone(), client: HandoffClient::default() };
-        (Handoffs { batches, progress }, looper)
+        (Handoffs { batches, progress, rebalanced: Arc::new(AtomicU64::new(0)) }, looper)
     }
 
     /// Queues the rooms of `batch` for a move with hand-off.
     pub fn submit(&self, batch: Batch) {
         self.progress.queued.fetch_add(batch.rooms.len() as u64, Ordering::AcqRel);
         let _ = self.batches.send(batch);
+    }
+
+    /// Queues the moves of a rebalance of the rooms live here, at most `max` (see
+    /// [`rebalance_plan`]); returns how many were queued.
+    pub fn rebalance(&self, gateway: &Gateway, snap: &crate::snapshot::Snapshot, max: usize) -> usize {
+        let plan = rebalance_plan(gateway, snap, max);
+        let queued = plan.iter().map(|(_, rooms)| rooms.len()).sum();
+        for (from, rooms) in plan {
+            self.submit(Batch { from, rooms, spread: snap.config.drain.spread, forced: false });
+        }
+        queued
+    }
+
+    /// Whether the rebalance asked for at `at_ms` (by any replica) is news here: true once per
+    /// request.
+    pub fn first_rebalance(&self, at_ms: u64) -> bool {
+        self.rebalanced.swap(at_ms, Ordering::AcqRel) != at_ms
     }
 
     /// (queued, running, done) moves.

@@ -4,10 +4,14 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
-use super::wire::{Beat, Claim, Record};
+use super::wire::{Beat, Claim, Rebalance, Record};
 use super::{RedisDirectory, lock};
 use crate::clock::unix_ms;
 use crate::directory::{FleetClaim, FleetRoom, ReplicaSeen, ReplicaState};
+
+/// What the heartbeat's pipeline read of the fleet's requests: drains, drains with hand-off,
+/// the latest rebalance.
+pub(super) type Heard = (HashMap<String, u64>, HashMap<String, u64>, Option<(u64, Option<usize>)>);
 
 /// Fleet figures read by the last sync.
 #[derive(Clone, Debug, Default)]
@@ -21,7 +25,7 @@ pub(super) struct Fleet {
 impl RedisDirectory {
     /// Heartbeat and fleet reads in one pipeline; returns the drains in force and the drains
     /// with hand-off.
-    pub(super) async fn heartbeat(&self, me: &ReplicaState) -> Option<(HashMap<String, u64>, HashMap<String, u64>)> {
+    pub(super) async fn heartbeat(&self, me: &ReplicaState) -> Option<Heard> {
         let now = unix_ms();
         let refresh_ms = self.settings.refresh.as_millis() as u64;
         let beat = Beat { epoch: me.epoch, seen_ms: now, backends: me.backends.iter().map(|b| &**b).collect() };
@@ -32,12 +36,14 @@ impl RedisDirectory {
         pipe.cmd("HGETALL").arg(&replicas_key);
         pipe.cmd("HGETALL").arg(self.key("drains", ""));
         pipe.cmd("HGETALL").arg(self.key("drain-handoffs", ""));
+        pipe.cmd("GET").arg(self.key("rebalance", ""));
         pipe.cmd("GET").arg(self.key("splits", ""));
         // Redis may have lost its data: the rebuild window starts (or goes on). The refresh
         // before this re-asserted this replica's rooms (its script starts the window too).
         pipe.cmd("EVAL").arg(&self.scripts.rebuild).arg(0).arg(&self.settings.prefix).arg(self.rebuild_window_ms());
-        type Reply = (HashMap<String, String>, HashMap<String, u64>, HashMap<String, u64>, Option<u64>, u64);
-        let (beats, drains, handoffs, splits, rebuilding): Reply =
+        type Reply =
+            (HashMap<String, String>, HashMap<String, u64>, HashMap<String, u64>, Option<String>, Option<u64>, u64);
+        let (beats, drains, handoffs, rebalance, splits, rebuilding): Reply =
             self.call(&self.calls.sync, async |c| pipe.query_async(c).await).await?;
         *lock(&self.rebuilding_until) =
             (rebuilding > 0).then(|| std::time::Instant::now() + std::time::Duration::from_millis(rebuilding));
@@ -69,7 +75,8 @@ impl RedisDirectory {
         replicas.sort_by(|a, b| a.replica.cmp(&b.replica));
         let mut fleet = lock(&self.fleet);
         *fleet = Fleet { live_rooms: live_rooms.unwrap_or(fleet.live_rooms), splits: splits.unwrap_or(0), replicas };
-        Some((drains, handoffs))
+        let rebalance = rebalance.as_deref().and_then(Rebalance::parse).map(|r| (r.at_ms, r.max_moves));
+        Some((drains, handoffs, rebalance))
     }
 
     /// Distinct rooms held live by any replica, counted every tenth sync (the union of the

@@ -34,8 +34,18 @@ impl RedisDirectory {
         }
         let moved = self.refresh().await?;
         self.extend_first_sockets().await?;
-        let (drains, handoffs) = self.heartbeat(me).await?;
-        Some(SyncReport { drains, handoffs, moved })
+        let (drains, handoffs, rebalance) = self.heartbeat(me).await?;
+        Some(SyncReport { drains, handoffs, rebalance, moved })
+    }
+
+    /// Shares a rebalance request, for every replica to see at one of its next syncs: it lasts
+    /// 10 refresh periods, so that a replica starting later does not act on it.
+    pub(super) async fn write_rebalance(&self, at_ms: u64, max_moves: Option<usize>) -> bool {
+        let value = super::wire::Rebalance { at_ms, max_moves }.to_string();
+        let ttl = (10 * self.settings.refresh.as_millis() as u64).max(1);
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.key("rebalance", "")).arg(value).arg("PX").arg(ttl);
+        self.call(&self.calls.sync, async |c| cmd.query_async::<()>(c).await).await.is_some()
     }
 
     /// Shares a drain (its deadline, and when a hand-off was asked for) or its end, in one

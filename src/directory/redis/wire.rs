@@ -4,7 +4,8 @@
 //! - a room's [`Record`]: `"owner version"`;
 //! - a replica's [`Claim`] on a room, in `held:{replica}`: `"owner version connections until
 //!   sockets"`, `until` in Redis server milliseconds;
-//! - a replica's heartbeat, [`Beat`], in `replicas`: `"epoch seen_ms backend,ids"`.
+//! - a replica's heartbeat, [`Beat`], in `replicas`: `"epoch seen_ms backend,ids"`;
+//! - a rebalance request, [`Rebalance`], in `rebalance`: `"at_ms max_moves"` (`-`: no limit).
 
 use std::fmt;
 
@@ -84,6 +85,30 @@ impl fmt::Display for Beat<'_> {
     }
 }
 
+/// A rebalance request: when it was asked for (unix ms) and its limit of moves per replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Rebalance {
+    pub(super) at_ms: u64,
+    pub(super) max_moves: Option<usize>,
+}
+
+impl Rebalance {
+    pub(super) fn parse(text: &str) -> Option<Rebalance> {
+        let (at_ms, max) = text.split_once(' ')?;
+        let max_moves = if max == "-" { None } else { Some(max.parse().ok()?) };
+        Some(Rebalance { at_ms: at_ms.parse().ok()?, max_moves })
+    }
+}
+
+impl fmt::Display for Rebalance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.max_moves {
+            Some(max) => write!(f, "{} {max}", self.at_ms),
+            None => write!(f, "{} -", self.at_ms),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,6 +119,12 @@ mod tests {
         assert_eq!(Record::parse(&r.to_string()), Some(r));
         assert_eq!(Record::parse("game-1"), None);
         assert_eq!(Record::parse("game-1 x"), None);
+
+        for r in [Rebalance { at_ms: 1_700_000_000_000, max_moves: None }, Rebalance { at_ms: 5, max_moves: Some(3) }] {
+            assert_eq!(Rebalance::parse(&r.to_string()), Some(r));
+        }
+        assert_eq!(Rebalance::parse("5"), None);
+        assert_eq!(Rebalance::parse("5 x"), None);
 
         let c = Claim { owner: "game-1", version: 2, connections: 3, until_ms: 1_700_000_000_000, sockets: 1 };
         assert_eq!(Claim::parse(&c.to_string()), Some(c));
