@@ -293,7 +293,7 @@ async fn a_backend_that_ends_without_a_close_frame_gets_the_client_1011() {
 async fn a_backend_that_resets_gets_the_client_1011_and_the_error_is_reported() {
     let (mut client, backend, pump) = setup().await;
     let task = tokio::spawn(pump);
-    backend.set_linger(Some(std::time::Duration::ZERO)).unwrap();
+    backend.set_zero_linger().unwrap();
     drop(backend); // RST
     let (_, code) = read_until_close(&mut client).await;
     assert_eq!(code, Some(1011));
@@ -324,7 +324,7 @@ async fn a_backend_that_ends_mid_frame_ends_the_clients_connection() {
 #[tokio::test]
 async fn a_write_to_a_reset_backend_still_closes_the_client_1011() {
     let (mut client, backend, pump) = setup().await;
-    backend.set_linger(Some(std::time::Duration::ZERO)).unwrap();
+    backend.set_zero_linger().unwrap();
     drop(backend);
     client.write_all(&frame(1, b"into the void", Some(M))).await.unwrap();
     let task = tokio::spawn(pump);
