@@ -22,10 +22,6 @@ pub const BACKENDS: usize = 4;
 pub const REPLICAS: usize = 2;
 /// roomgate's `timeouts.websocket_close` in the soak's config.
 pub const WEBSOCKET_CLOSE: Duration = Duration::from_secs(2);
-/// roomgate's `upstream.max_idle_per_backend` in the soak's config: idle keep-alive connections
-/// are dropped only when next met (src/proxy/h1/pool.rs), so up to this many per backend stay
-/// open after the load; the end state's tolerance allows for them.
-pub const MAX_IDLE_PER_BACKEND: u64 = 4;
 /// The longest any process gets to start or stop.
 const START_LIMIT: Duration = Duration::from_secs(20);
 
@@ -186,7 +182,6 @@ upstream_response = "10s"
 websocket_close = "{close}s"
 [upstream]
 idle_timeout = "2s"
-max_idle_per_backend = {idle}
 [log]
 level = "info"
 access = false
@@ -225,7 +220,6 @@ keys = ["query:room"]
             close = WEBSOCKET_CLOSE.as_secs(),
             sock = self.redis_socket().display(),
             inc = r.incarnation,
-            idle = MAX_IDLE_PER_BACKEND,
         );
         for (k, b) in self.backends.iter().enumerate() {
             if self.listed[k] {

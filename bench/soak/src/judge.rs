@@ -563,3 +563,72 @@ impl State {
             .map_or("none", |f| f.kind)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn violations(j: &Judge, invariant: &str) -> u64 {
+        j.with_results(|r| r.violations.get(invariant).copied().unwrap_or(0))
+    }
+
+    #[test]
+    fn a_room_on_two_backends_at_once_is_a_violation_and_one_after_the_other_is_not() {
+        let j = Judge::new(2_000_000, "b3".into());
+        // r1: b0 until 200, then b1 from 300: fine. r2: b0 and b1 from 100 and 150, both open.
+        j.backend_line("b0", "join 100 r1 1");
+        j.backend_line("b0", "leave 200 r1 1");
+        j.backend_line("b1", "join 300 r1 2");
+        j.backend_line("b0", "join 100 r2 3");
+        j.backend_line("b1", "join 150 r2 4");
+        j.check_overlaps(1_000);
+        assert_eq!(violations(&j, "one-room-one-backend"), 1);
+        j.check_overlaps(2_000);
+        assert_eq!(violations(&j, "one-room-one-backend"), 1, "each overlap counts once");
+    }
+
+    #[test]
+    fn two_sockets_that_see_different_messages_at_one_index_disagree() {
+        let j = Judge::new(2_000_000, "b3".into());
+        assert!(j.observe("g1", 0, 7, 1).is_ok());
+        assert!(j.observe("g1", 0, 7, 1).is_ok(), "the same message on another socket");
+        assert!(j.observe("g1", 0, 8, 1).is_err());
+        assert!(j.observe("g2", 0, 8, 1).is_ok(), "another copy of the room");
+    }
+
+    #[test]
+    fn an_import_must_carry_what_its_export_had_and_meet_no_members() {
+        let j = Judge::new(2_000_000, "b3".into());
+        j.backend_line("b0", "export 100 r1 m1 g1 5 d5");
+        j.backend_line("b1", "import 110 r1 m1 g2 5 d5 0");
+        j.backend_line("b0", "export 200 r2 m2 g3 5 d5");
+        j.backend_line("b1", "import 210 r2 m2 g4 4 d4 0");
+        j.backend_line("b0", "export 300 r3 m3 g5 5 d5");
+        j.backend_line("b1", "import 310 r3 m3 g6 5 d5 2");
+        j.backend_line("b1", "import 410 r4 m9 g7 5 d5 0");
+        j.check_moves(1_000);
+        assert_eq!(violations(&j, "handoff-log"), 3, "a short log, members first, no export");
+    }
+
+    #[test]
+    fn close_codes_roomgate_may_send_pass_and_others_do_not() {
+        let j = Judge::new(2_000_000, "b3".into());
+        for (conn, code) in [(1, 1001), (2, 1011), (3, 1012), (4, 1014)] {
+            j.opened(conn, "r", (0, conn as usize), "b0", "hello", 0);
+            j.closed(conn, &Ending::Code(code), 0);
+        }
+        assert_eq!(violations(&j, "close-code"), 0);
+        j.opened(5, "r", (0, 5), "b0", "hello", 0);
+        j.closed(5, &Ending::Code(4000), 0);
+        j.opened(6, "r", (0, 6), "b1", "hello", 0);
+        j.closed(6, &Ending::Bare("end of stream".into()), 0);
+        assert_eq!(violations(&j, "close-code"), 2, "an unknown code, and no close frame with no death near");
+        j.backend_killed("b2", now_us());
+        j.opened(7, "r", (0, 7), "b2", "hello", 0);
+        j.closed(7, &Ending::Bare("end of stream".into()), 0);
+        assert_eq!(violations(&j, "close-code"), 2, "a backend killed mid-frame leaves no close: counted apart");
+        j.opened(8, "r", (0, 8), "b0", "hello", 0);
+        j.closed(8, &Ending::Client, 3);
+        assert_eq!(violations(&j, "delivery"), 1, "a socket that stayed open lost messages");
+    }
+}

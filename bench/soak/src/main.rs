@@ -33,6 +33,9 @@ use resources::Sample;
 const USAGE: &str = "usage: roomgate-soak [--duration 2m] [--seed 1] [--rooms 40] [--members 4]
                      [--roomgate target/release/roomgate] [--redis-server redis-server]
                      [--fault-gap 4s] [--send-every 3s] [--dir DIR]
+                     [--faults KIND,...] [--skip-faults KIND,...]
+       fault kinds: backend-kill backend-stop reload-remove-add drain-handoff drain rebalance
+                    redis-restart redis-flush replica-restart relay-slow relay-reset (all by default)
        roomgate-soak backend --id ID --listen ADDR    (one test backend; used by the soak itself)";
 
 struct Options {
@@ -45,6 +48,22 @@ struct Options {
     fault_gap: Duration,
     send_every: Duration,
     dir: Option<PathBuf>,
+    /// The fault kinds drawn from (`faults::KINDS` by default).
+    faults: Vec<&'static str>,
+}
+
+/// A comma-separated list of fault kinds, each one of `faults::KINDS`.
+fn fault_kinds(list: &str) -> Result<Vec<&'static str>, String> {
+    list.split(',')
+        .filter(|k| !k.is_empty())
+        .map(|k| {
+            faults::KINDS
+                .iter()
+                .find(|known| **known == k)
+                .copied()
+                .ok_or_else(|| format!("unknown fault kind {k:?} (one of {})", faults::KINDS.join(", ")))
+        })
+        .collect()
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -71,6 +90,7 @@ fn options(args: &[String]) -> Result<Options, String> {
         fault_gap: Duration::from_secs(4),
         send_every: Duration::from_secs(3),
         dir: None,
+        faults: faults::KINDS.to_vec(),
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -86,6 +106,11 @@ fn options(args: &[String]) -> Result<Options, String> {
             "--fault-gap" => o.fault_gap = duration(&value()?)?,
             "--send-every" => o.send_every = duration(&value()?)?,
             "--dir" => o.dir = Some(value()?.into()),
+            "--faults" => o.faults = fault_kinds(&value()?)?,
+            "--skip-faults" => {
+                let skip = fault_kinds(&value()?)?;
+                o.faults.retain(|k| !skip.contains(k));
+            }
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -204,7 +229,8 @@ async fn soak(o: Options, command: String) -> Result<bool, String> {
     };
     // Faults start once the members are in.
     tokio::time::sleep(plan.ramp).await;
-    let fault_errors = faults::run(fleet.clone(), judge.clone(), rng.fork(7), until, o.fault_gap).await;
+    let fault_errors =
+        faults::run(fleet.clone(), judge.clone(), rng.fork(7), until, o.fault_gap, o.faults.clone()).await;
     let _ = checker.await;
     let load_end = began.elapsed().as_secs_f64();
 
@@ -322,5 +348,41 @@ async fn settle_resources(fleet: &Arc<tokio::sync::Mutex<Fleet>>, starts: &[Samp
             return ends;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn durations_take_a_unit_and_refuse_others() {
+        assert_eq!(duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(duration("1.5h").unwrap(), Duration::from_secs(5400));
+        assert!(duration("2d").is_err());
+        assert!(duration("m").is_err());
+    }
+
+    #[test]
+    fn fault_kinds_are_chosen_or_skipped_by_name() {
+        let all = options(&[]).unwrap();
+        assert_eq!(all.faults, faults::KINDS.to_vec());
+        let only = options(&args(&["--faults", "backend-kill,drain"])).unwrap();
+        assert_eq!(only.faults, ["backend-kill", "drain"]);
+        let skipped = options(&args(&["--skip-faults", "redis-flush,redis-restart"])).unwrap();
+        assert_eq!(skipped.faults.len(), faults::KINDS.len() - 2);
+        assert!(!skipped.faults.contains(&"redis-flush"));
+        let none = options(&args(&["--faults", ""])).unwrap();
+        assert!(none.faults.is_empty(), "no faults: the clients alone");
+        let err = options(&args(&["--faults", "backend-kil"])).err().unwrap();
+        assert!(err.contains("unknown fault kind \"backend-kil\""), "{err}");
+        assert!(options(&args(&["--rooms", "0"])).is_err());
+        assert!(options(&args(&["--seed"])).is_err(), "a flag without its value");
     }
 }
