@@ -216,6 +216,11 @@ impl Control {
         Ok(queued)
     }
 
+    /// Resolves once the moves with hand-off running now have ended (see [`Handoffs::finish`]).
+    pub async fn finish_handoffs(&self) {
+        self.handoffs.finish().await;
+    }
+
     /// Moves with hand-off: (queued, running, done).
     pub fn handoff_progress(&self) -> (u64, u64, u64) {
         self.handoffs.progress()

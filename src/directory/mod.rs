@@ -186,7 +186,9 @@ pub trait RoomDirectory: Send + Sync + 'static {
     /// Marks `key` as being handed off by this replica from `from` for at most `lease`. Through
     /// a shared directory, joins on every replica that asks it wait meanwhile, and the other
     /// replicas are told to pause their sockets of the room on `from` (see [`FleetMove`]).
-    /// False: another replica is handing the room off now. Without a shared directory, true.
+    /// False: another replica is handing the room off now, or the fleet records the room on
+    /// another owner than `from` (it moved already; this replica's view has not caught up).
+    /// Without a shared directory, true.
     fn begin_move<'a>(&'a self, _key: &'a str, _from: &'a str, _lease: Duration) -> BoxFuture<'a, bool> {
         Box::pin(std::future::ready(true))
     }

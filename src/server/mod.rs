@@ -132,15 +132,20 @@ impl Server {
         }
         shutdown.await;
         drop(loops);
-        finish(gateway, stop, connections, config.shutdown.grace).await
+        let control = self.control.clone();
+        let handoffs = async move { control.finish_handoffs().await };
+        finish(gateway, stop, connections, config.shutdown.grace, handoffs).await
     }
 }
 
+/// Closes every socket (1001), stops accepting, and waits until the connections, the tunnels and
+/// the hand-offs in flight (`handoffs`) have ended, or `grace` has passed.
 async fn finish(
     gateway: Arc<Gateway>,
     stop: CancellationToken,
     connections: TaskTracker,
     grace: Duration,
+    handoffs: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let sockets = gateway.tunnels().close_all(CLOSE_GOING_AWAY);
     tracing::info!(websockets = sockets, grace = ?grace, "shutting down");
@@ -149,6 +154,7 @@ async fn finish(
     let drained = tokio::time::timeout(grace, async {
         connections.wait().await;
         gateway.tunnels().wait_empty().await;
+        handoffs.await;
     })
     .await;
     match drained {

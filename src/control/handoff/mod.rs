@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, mpsc};
+use tokio_util::task::TaskTracker;
 
 pub use client::{HandoffClient, MoveIds, State, StepError};
 pub use fleet::FleetPauses;
@@ -73,6 +74,8 @@ pub struct Handoffs {
     progress: Arc<Progress>,
     /// The last rebalance request acted on here, by any replica (unix ms; 0: none).
     rebalanced: Arc<AtomicU64>,
+    /// The moves running now: a shutdown lets them end (see [`Handoffs::finish`]).
+    running: TaskTracker,
 }
 
 impl Handoffs {
@@ -80,8 +83,10 @@ impl Handoffs {
     pub fn new(gateway: Arc<Gateway>) -> (Handoffs, HandoffLoop) {
         let (batches, rx) = mpsc::unbounded_channel();
         let progress = Arc::new(Progress::default());
-        let looper = HandoffLoop { gateway, rx, progress: progress.clone(), client: HandoffClient::default() };
-        (Handoffs { batches, progress, rebalanced: Arc::new(AtomicU64::new(0)) }, looper)
+        let running = TaskTracker::new();
+        let client = HandoffClient::default();
+        let looper = HandoffLoop { gateway, rx, progress: progress.clone(), client, running: running.clone() };
+        (Handoffs { batches, progress, rebalanced: Arc::new(AtomicU64::new(0)), running }, looper)
     }
 
     /// Queues the rooms of `batch` for a move with hand-off.
@@ -107,6 +112,20 @@ impl Handoffs {
         self.rebalanced.swap(at_ms, Ordering::AcqRel) != at_ms
     }
 
+    /// Resolves once the moves running now have ended; none starts after this is called (the
+    /// queued ones are dropped with the hand-off loop). A move that a shutdown cut off after its
+    /// export would leave the room on its old owner, exported and never given back, and the
+    /// fleet's joins held until its lease passed. Each move is bounded by its lease and the
+    /// close of its sockets; the caller bounds the whole by `[shutdown] grace`.
+    pub async fn finish(&self) {
+        self.running.close();
+        let n = self.running.len();
+        if n > 0 {
+            tracing::info!(moves = n, "waiting for the hand-offs in flight to end");
+        }
+        self.running.wait().await;
+    }
+
     /// (queued, running, done) moves.
     pub fn progress(&self) -> (u64, u64, u64) {
         let p = &self.progress;
@@ -120,6 +139,7 @@ pub struct HandoffLoop {
     rx: mpsc::UnboundedReceiver<Batch>,
     progress: Arc<Progress>,
     client: HandoffClient,
+    running: TaskTracker,
 }
 
 impl HandoffLoop {
@@ -143,10 +163,13 @@ impl HandoffLoop {
         let concurrency = self.gateway.snapshot().config.handoff.as_ref().map_or(1, |h| h.concurrency);
         let weight = (MAX_CONCURRENCY / concurrency.clamp(1, MAX_CONCURRENCY)) as u32;
         let Ok(permit) = slots.clone().acquire_many_owned(weight).await else { return };
+        if self.running.is_closed() {
+            return; // shutting down: no new move
+        }
         let (gateway, client, progress) = (self.gateway.clone(), self.client.clone(), self.progress.clone());
         progress.queued.fetch_sub(1, Ordering::AcqRel);
         progress.running.fetch_add(1, Ordering::AcqRel);
-        tokio::spawn(async move {
+        self.running.spawn(async move {
             move_with_state(&gateway, &client, &room, &from, forced).await;
             progress.running.fetch_sub(1, Ordering::AcqRel);
             progress.done.fetch_add(1, Ordering::AcqRel);
@@ -190,7 +213,7 @@ pub async fn move_with_state(
     let lease = 2 * settings.timeout + Duration::from_secs(2);
     let lease_ends = Instant::now() + lease;
     if !gateway.directory().begin_move(room, from, lease).await {
-        tracing::info!(room, from = %from, "another replica is handing this room off; left to it");
+        tracing::info!(room, from = %from, "another replica is handing this room off, or has moved it; left to it");
         return Outcome::Skipped;
     }
     let started = Instant::now();

@@ -13,6 +13,20 @@ use tokio::sync::mpsc;
 use super::RedisDirectory;
 use crate::directory::FleetMove;
 
+/// Takes the room's hand-off lease for this replica and publishes the move's begin, unless
+/// another replica holds the lease (0), or the room's record names another owner than the one
+/// the move is from (-1): the room has moved already, and a replica that acts on a view not yet
+/// caught up with that move must not export it from its old owner again. 1: taken.
+/// KEYS[1]: the lease, KEYS[2]: the room's record; ARGV: replica, lease ms, the channel, the
+/// begin message, the owner the move is from.
+pub(super) const BEGIN_MOVE_BODY: &str = r"
+local o = record(redis.call('GET', KEYS[2]))
+if o and o ~= ARGV[5] then return -1 end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return 1
+";
+
 /// Deletes the lease and the acknowledgements only if the lease is still this replica's (it may
 /// have passed and been taken).
 pub(super) const END_MOVE: &str = r"
@@ -46,31 +60,22 @@ const QUEUE: usize = 4096;
 
 impl RedisDirectory {
     /// Takes the room's hand-off lease and tells the fleet. True: taken, or Redis is away (the
-    /// directory then works from this replica's own records, as placement does).
+    /// directory then works from this replica's own records, as placement does). False: another
+    /// replica hands the room off now, or the fleet records it on another owner than `from`.
     pub(super) async fn take_move_lease(&self, key: &str, from: &str, lease: Duration) -> bool {
-        let name = self.key("moving:", key);
         let ms = lease.as_millis().max(1) as u64;
         let begin = format!("begin\t{}\t{ms}\t{from}\t{key}", self.settings.replica);
-        let channel = self.key("moves", "");
-        let set: Option<Option<String>> = self
-            .call(&self.calls.reassign, async |c| {
-                let taken: Option<String> = redis::cmd("SET")
-                    .arg(&name)
-                    .arg(&self.settings.replica)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ms)
-                    .query_async(c)
-                    .await?;
-                if taken.is_some() {
-                    redis::cmd("PUBLISH").arg(&channel).arg(&begin).query_async::<i64>(c).await?;
-                }
-                Ok(taken)
-            })
-            .await;
-        match set {
-            Some(reply) => reply.is_some(),
-            None => true,
+        let mut inv = self.scripts.begin_move.key(self.key("moving:", key));
+        inv.key(self.key("room:", key)).arg(&self.settings.replica).arg(ms);
+        inv.arg(self.key("moves", "")).arg(&begin).arg(from);
+        let taken: Option<i64> = self.call(&self.calls.reassign, async |c| inv.invoke_async(c).await).await;
+        match taken {
+            Some(1) | None => true,
+            Some(-1) => {
+                tracing::info!(room = key, from, "the fleet records this room on another owner: not moved again");
+                false
+            }
+            Some(_) => false,
         }
     }
 

@@ -271,7 +271,8 @@ pub(super) struct Scripts {
     pub(super) refresh: redis::Script,
     pub(super) extend: redis::Script,
     pub(super) release: redis::Script,
-    /// Hand-offs (`moves.rs`): replicas yet to acknowledge a move, and a move's end.
+    /// Hand-offs (`moves.rs`): a move's begin, replicas yet to acknowledge it, and its end.
+    pub(super) begin_move: redis::Script,
     pub(super) unacked: redis::Script,
     pub(super) end_move: redis::Script,
     /// Sent whole with `EVAL` inside the sync's pipeline (a pipeline cannot hold an `EVALSHA`
@@ -288,6 +289,7 @@ impl Scripts {
             refresh: with_prelude(REFRESH_BODY),
             extend: redis::Script::new(EXTEND),
             release: with_prelude(RELEASE_BODY),
+            begin_move: with_prelude(super::moves::BEGIN_MOVE_BODY),
             unacked: with_prelude(super::moves::UNACKED_BODY),
             end_move: redis::Script::new(super::moves::END_MOVE),
             rebuild: format!("{PRELUDE}{REBUILD_BODY}"),

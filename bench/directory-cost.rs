@@ -1,0 +1,333 @@
+//! The Redis directory's cost, measured with synthetic fleets (SCALE.md): N replica directories
+//! in one process share one private `redis-server` and hold R live rooms, each room held by
+//! `--holders` replicas. Each replica syncs every `--refresh`, as `roomgate run` does. Over the
+//! measured window, `--churn` of the rooms per second change (a holder's last socket leaves and
+//! another room gets its first socket through some replica) and `--moves` of them per second
+//! move to another backend. Reads Redis's own counters (`INFO stats`) before and after: commands
+//! per second (the calls scripts make included), bytes per second, and the placement latency of
+//! every join in the window (p50, p99).
+//!
+//! ```sh
+//! cargo bench --bench directory-cost -- --rooms 10000 --replicas 2 --refresh 2s --duration 20s
+//! cargo bench --bench directory-cost -- --rooms 20000 --replicas 4 --churn 0.01 --moves 0.001
+//! ```
+//!
+//! Needs `redis-server` (apt-get install redis-server), or `--redis URL` for one already running
+//! (its counters are read as a whole: give it nothing else to do).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use roomgate::directory::{MemoryDirectory, RedisDirectory, RedisSettings, ReplicaState, RoomDirectory, Use};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::Mutex;
+
+const USAGE: &str = "usage: cargo bench --bench directory-cost -- [--rooms 10000] [--replicas 2] [--holders 1]
+        [--backends 10] [--churn 0] [--moves 0] [--refresh 2s] [--duration 20s] [--redis URL] [--seed 1]
+  --churn F   rooms changing per second, as a fraction of --rooms (0.01: 1% a second)
+  --moves F   rooms moving to another backend per second, as a fraction of --rooms";
+
+struct Options {
+    rooms: usize,
+    replicas: usize,
+    holders: usize,
+    backends: usize,
+    churn: f64,
+    moves: f64,
+    refresh: Duration,
+    duration: Duration,
+    redis: Option<String>,
+    seed: u64,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    let (n, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((s, "s"), |i| s.split_at(i));
+    let n: f64 = n.parse().map_err(|_| format!("bad duration {s:?}"))?;
+    match unit {
+        "ms" => Ok(Duration::from_secs_f64(n / 1000.0)),
+        "s" => Ok(Duration::from_secs_f64(n)),
+        "m" => Ok(Duration::from_secs_f64(n * 60.0)),
+        _ => Err(format!("bad duration {s:?} (ms, s, m)")),
+    }
+}
+
+fn options() -> Result<Options, String> {
+    let mut o = Options {
+        rooms: 10_000,
+        replicas: 2,
+        holders: 1,
+        backends: 10,
+        churn: 0.0,
+        moves: 0.0,
+        refresh: Duration::from_secs(2),
+        duration: Duration::from_secs(20),
+        redis: None,
+        seed: 1,
+    };
+    // `cargo bench` passes `--bench`; anything else is ours.
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().cloned().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"));
+        let count = |v: String| v.parse::<usize>().map_err(|e| format!("{flag}: {e}"));
+        let rate = |v: String| v.parse::<f64>().map_err(|e| format!("{flag}: {e}"));
+        match flag.as_str() {
+            "--rooms" => o.rooms = count(value()?)?,
+            "--replicas" => o.replicas = count(value()?)?,
+            "--holders" => o.holders = count(value()?)?,
+            "--backends" => o.backends = count(value()?)?,
+            "--churn" => o.churn = rate(value()?)?,
+            "--moves" => o.moves = rate(value()?)?,
+            "--refresh" => o.refresh = duration(&value()?)?,
+            "--duration" => o.duration = duration(&value()?)?,
+            "--redis" => o.redis = Some(value()?),
+            "--seed" => o.seed = count(value()?)? as u64,
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    if o.rooms == 0 || o.replicas == 0 || o.backends < 2 || o.holders == 0 || o.holders > o.replicas {
+        return Err(format!("need rooms >= 1, replicas >= 1, backends >= 2, 1 <= holders <= replicas\n{USAGE}"));
+    }
+    Ok(o)
+}
+
+/// A small deterministic generator (xorshift), so that a run repeats with its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// A private redis-server on a unix socket in a temporary directory, killed on drop.
+struct PrivateRedis {
+    _dir: tempfile::TempDir,
+    _child: tokio::process::Child,
+    url: String,
+}
+
+async fn private_redis() -> PrivateRedis {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("redis.sock");
+    let mut child = tokio::process::Command::new("redis-server")
+        .args(["--port", "0", "--save", "", "--appendonly", "no", "--unixsocket"])
+        .arg(&socket)
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("redis-server (apt-get install redis-server, or pass --redis URL)");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("Ready to accept connections") {
+                return;
+            }
+        }
+        panic!("redis-server ended before it was ready");
+    };
+    tokio::time::timeout(Duration::from_secs(10), ready).await.expect("redis-server did not start");
+    PrivateRedis { url: format!("redis+unix://{}", socket.display()), _dir: dir, _child: child }
+}
+
+/// Redis's own counters: commands processed, bytes in, bytes out.
+async fn counters(conn: &mut redis::aio::MultiplexedConnection) -> (u64, u64, u64) {
+    let info: String = redis::cmd("INFO").arg("stats").query_async(conn).await.unwrap();
+    let field = |name: &str| -> u64 {
+        info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+    };
+    (field("total_commands_processed:"), field("total_net_input_bytes:"), field("total_net_output_bytes:"))
+}
+
+/// One replica's directory and what it holds: room index -> its owner.
+struct Replica {
+    dir: Arc<RedisDirectory>,
+    held: Mutex<std::collections::HashMap<usize, Arc<str>>>,
+}
+
+fn room(i: usize) -> String {
+    format!("room-{i}")
+}
+
+/// Places room `i` through `r` (a WebSocket's placement, claim included) and counts a socket.
+async fn join(r: &Replica, i: usize, backends: &[Arc<str>]) -> Duration {
+    let key = room(i);
+    let candidate = &backends[i % backends.len()];
+    let t = Instant::now();
+    let placed = r.dir.place_if_absent(&key, candidate, true).await;
+    let took = t.elapsed();
+    r.dir.enter(&key, &placed.owner, Use::Socket);
+    r.held.lock().await.insert(i, placed.owner);
+    took
+}
+
+async fn leave(r: &Replica, i: usize) -> bool {
+    let Some(owner) = r.held.lock().await.remove(&i) else { return false };
+    r.dir.leave(&room(i), &owner, Use::Socket);
+    true
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p) as usize]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let o = match options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(64);
+        }
+    };
+    let private = match &o.redis {
+        Some(_) => None,
+        None => Some(private_redis().await),
+    };
+    let url = o.redis.clone().unwrap_or_else(|| private.as_ref().unwrap().url.clone());
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let backends: Vec<Arc<str>> = (0..o.backends).map(|b| Arc::from(format!("b{b}"))).collect();
+    let me = Arc::new(ReplicaState { epoch: 1, backends: backends.clone() });
+    let replicas: Vec<Arc<Replica>> = (0..o.replicas)
+        .map(|n| {
+            let settings = RedisSettings {
+                url: url.clone(),
+                prefix: "roomgate:".into(),
+                replica: format!("r{n}"),
+                refresh: o.refresh,
+                timeout: Duration::from_millis(500),
+                ttl: Duration::from_secs(60) + 2 * o.refresh,
+                ttl_unused: Duration::from_secs(5) + 2 * o.refresh,
+                password: None,
+            };
+            let dir = RedisDirectory::new(settings, MemoryDirectory::new()).unwrap();
+            Arc::new(Replica { dir, held: Mutex::new(Default::default()) })
+        })
+        .collect();
+    for r in &replicas {
+        assert!(r.dir.sync(&me).await.is_some(), "Redis reachable at {url}");
+    }
+
+    // The fleet: room i held by replicas i, i+1, ... (`holders` of them).
+    let setup = Instant::now();
+    for i in 0..o.rooms {
+        for h in 0..o.holders {
+            join(&replicas[(i + h) % o.replicas], i, &backends).await;
+        }
+    }
+    for r in &replicas {
+        r.dir.sync(&me).await.unwrap();
+    }
+    eprintln!("set up {} live rooms on {} replicas in {:?}", o.rooms, o.replicas, setup.elapsed());
+
+    // Every replica syncs every refresh, its first at a random point of the first period.
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let mut syncs = Vec::new();
+    for (n, r) in replicas.iter().enumerate() {
+        let (r, me, stop, refresh) = (r.clone(), me.clone(), stop.clone(), o.refresh);
+        let offset = refresh.mul_f64((n as f64 + 0.5) / o.replicas as f64);
+        syncs.push(tokio::spawn(async move {
+            let mut next = tokio::time::Instant::now() + offset;
+            let mut done = 0u64;
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep_until(next) => {}
+                    () = stop.notified() => return done,
+                }
+                r.dir.sync(&me).await;
+                done += 1;
+                next += refresh;
+            }
+        }));
+    }
+
+    let before = counters(&mut conn).await;
+    let started = Instant::now();
+    let mut rng = Rng(o.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut latencies = Vec::new();
+    let (mut changes, mut moves) = (0u64, 0u64);
+    let mut next_room = o.rooms;
+    // Events at a steady rate, in ticks of 10 ms.
+    let tick = Duration::from_millis(10);
+    let per_tick = |rate: f64| rate * o.rooms as f64 * tick.as_secs_f64();
+    let (mut churn_due, mut moves_due) = (0.0f64, 0.0f64);
+    let mut at = tokio::time::Instant::now();
+    while started.elapsed() < o.duration {
+        at += tick;
+        tokio::time::sleep_until(at).await;
+        churn_due += per_tick(o.churn);
+        moves_due += per_tick(o.moves);
+        while churn_due >= 1.0 {
+            churn_due -= 1.0;
+            // A holder's last socket leaves; a new room gets its first socket.
+            let r = &replicas[rng.below(o.replicas)];
+            let victim = { r.held.lock().await.keys().next().copied() };
+            if let Some(i) = victim {
+                leave(r, i).await;
+            }
+            latencies.push(join(&replicas[rng.below(o.replicas)], next_room, &backends).await);
+            next_room += 1;
+            changes += 1;
+        }
+        while moves_due >= 1.0 {
+            moves_due -= 1.0;
+            let i = rng.below(o.rooms);
+            let Some(from) = replicas[i % o.replicas].held.lock().await.get(&i).cloned() else { continue };
+            let to = backends.iter().find(|b| **b != from).unwrap().clone();
+            replicas[i % o.replicas].dir.reassign(&room(i), &from, &to).await;
+            moves += 1;
+        }
+    }
+    let window = started.elapsed().as_secs_f64();
+    let after = counters(&mut conn).await;
+    for _ in &syncs {
+        stop.notify_waiters();
+    }
+    stop.notify_waiters();
+    let mut sync_count = 0;
+    for s in syncs {
+        sync_count += s.await.unwrap_or(0);
+    }
+
+    // Placement latency with no churn measured: probe fresh rooms after the window.
+    if latencies.is_empty() {
+        for k in 0..2_000 {
+            latencies.push(join(&replicas[k % o.replicas], next_room, &backends).await);
+            next_room += 1;
+        }
+    }
+    latencies.sort();
+    let per_sec = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / window;
+    println!(
+        "| {} | {} | {} | {:.2}% | {:.2}% | {:?} | {:.0} | {:.0} | {:.0} | {} | {:?} | {:?} |",
+        o.rooms,
+        o.replicas,
+        o.holders,
+        o.churn * 100.0,
+        o.moves * 100.0,
+        o.refresh,
+        per_sec(before.0, after.0),
+        per_sec(before.1, after.1) / 1024.0,
+        per_sec(before.2, after.2) / 1024.0,
+        sync_count,
+        pct(&latencies, 0.5),
+        pct(&latencies, 0.99),
+    );
+    eprintln!(
+        "window {window:.1} s: {changes} room changes, {moves} moves, {sync_count} syncs; columns: rooms | replicas | \
+         holders | churn/s | moves/s | refresh | Redis commands/s | KiB/s in | KiB/s out | syncs | place p50 | place p99"
+    );
+}
