@@ -129,13 +129,15 @@ async fn private_redis() -> PrivateRedis {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let ready = async {
         while let Some(line) = lines.next_line().await.unwrap() {
-            if line.contains("Ready to accept connections") {
+            if line.to_ascii_lowercase().contains("ready to accept connections") {
                 return;
             }
         }
         panic!("redis-server ended before it was ready");
     };
     tokio::time::timeout(Duration::from_secs(10), ready).await.expect("redis-server did not start");
+    // Its log is read to the end, so that a full pipe never blocks it.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     PrivateRedis { url: format!("redis+unix://{}", socket.display()), _dir: dir, _child: child }
 }
 
@@ -199,6 +201,8 @@ async fn main() {
     let url = o.redis.clone().unwrap_or_else(|| private.as_ref().unwrap().url.clone());
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    // A Redis the fleet has used already: no rebuild window holds the set-up's placements.
+    let _: () = redis::cmd("SET").arg("roomgate:generation").arg("1").query_async(&mut conn).await.unwrap();
     let backends: Vec<Arc<str>> = (0..o.backends).map(|b| Arc::from(format!("b{b}"))).collect();
     let me = Arc::new(ReplicaState { epoch: 1, backends: backends.clone() });
     let replicas: Vec<Arc<Replica>> = (0..o.replicas)
