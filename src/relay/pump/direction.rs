@@ -14,6 +14,7 @@ use crate::relay::CLOSE_BACKEND_GONE;
 use crate::relay::frame::{FrameError, FrameTracker, Rules, close_frame};
 use crate::relay::watch::{NavWatch, Stop};
 
+mod gone;
 mod hold;
 
 /// Reads per direction per poll before yielding to other tasks.
@@ -137,44 +138,6 @@ impl Direction {
 
     pub(super) fn is_done(&self) -> bool {
         self.phase == Phase::Done
-    }
-
-    /// The source (a backend) went away without a close frame: see [`Direction::source_failed`].
-    pub(super) fn lost(&self) -> bool {
-        self.lost
-    }
-
-    /// The source has ended its stream or sent its close frame.
-    pub(super) fn source_leaving(&self) -> bool {
-        self.src_eof || self.tracker.close_code().is_some()
-    }
-
-    /// The destination is leaving: see `dst_leaving`.
-    pub(super) fn destination_leaving(&mut self) {
-        self.dst_leaving = true;
-    }
-
-    /// The source failed (an I/O error): it is read no more, and is handled as an end of stream.
-    pub(super) fn source_failed(&mut self) {
-        self.src_eof = true;
-    }
-
-    /// The destination is gone (a backend that ended its stream or failed): nothing more is
-    /// written to it. The source is read to its close frame (its reply to the close the other
-    /// direction sent it) or its end, then this direction is done. Returns whether this is news.
-    pub(super) fn destination_gone(&mut self) -> bool {
-        if self.dst_gone {
-            return false;
-        }
-        self.dst_gone = true;
-        self.pending = Vec::new();
-        self.pending_pos = 0;
-        self.needs_flush = false;
-        self.hold = false;
-        self.watch = None;
-        let replied = self.tracker.close_code().is_some();
-        self.phase = if self.phase == Phase::Done || self.src_eof || replied { Phase::Done } else { Phase::Discard };
-        true
     }
 
     /// The source's close frame went this way, all of it written.
