@@ -33,7 +33,7 @@ fn config_for(backends: &[RoomBackend], handoff: &str) -> String {
 /// A member of `room`: its socket and the backend that greeted it, with the log's length then.
 async fn join(proxy: &Proxy, room: &str) -> (Ws, String, usize) {
     let mut ws = ws_connect(&proxy.ws_url(&format!("/live/?room={room}")), &[]).await;
-    let hello = next(&mut ws).await.into_text().unwrap();
+    let hello = next_text(&mut ws).await;
     let mut parts = hello.split(':');
     assert_eq!(parts.next(), Some("hello"), "{hello}");
     let backend = parts.next().unwrap().to_owned();
@@ -45,7 +45,7 @@ async fn join(proxy: &Proxy, room: &str) -> (Ws, String, usize) {
 async fn say(ws: &mut Ws, text: &str) {
     ws.send(Message::text(text)).await.unwrap();
     loop {
-        let got = next(ws).await.into_text().unwrap();
+        let got = next_text(ws).await;
         if got.ends_with(&format!(":{text}")) {
             return;
         }
@@ -56,7 +56,7 @@ async fn say(ws: &mut Ws, text: &str) {
 async fn log_of(ws: &mut Ws) -> Vec<String> {
     ws.send(Message::text("log")).await.unwrap();
     loop {
-        let got = next(ws).await.into_text().unwrap();
+        let got = next_text(ws).await;
         if let Some(json) = got.strip_prefix("log:") {
             return serde_json::from_str(json).unwrap();
         }
@@ -256,6 +256,44 @@ async fn a_drain_deadline_with_handoff_moves_the_room_with_its_state() {
     let (_ws, new, len) = join(&proxy, "late").await;
     assert_ne!(new, old);
     assert_eq!(len, 1, "with its state");
+}
+
+/// Finding 7 of the soak (RELIABILITY.md): a message roomgate had relayed to the old owner, but
+/// that its app had not read yet when the move paused the room, must be in the export. Stopped
+/// at a frame boundary is only "written to the backend's socket": roomgate exports once the
+/// backend has answered a ping sent after everything it relayed (the fence). Without the fence,
+/// the export is answered while `unread` waits in the socket, and the app appends it to a copy
+/// it has exported: lost on the new owner, though its member saw it confirmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_old_owner_has_not_read_when_the_move_begins_is_in_the_export() {
+    use common::rooms::STALL;
+    let backends = fleet(2).await;
+    let proxy = Proxy::start(&config_for(
+        &backends,
+        "[handoff]
+",
+    ))
+    .await;
+    let (mut ws, old, _) = join(&proxy, "busy").await;
+    // One write: roomgate relays both at once. The app reads the first, broadcasts it, and
+    // leaves the second unread until an export is answered (or 2 s have passed).
+    ws.feed(Message::text(STALL)).await.unwrap();
+    ws.feed(Message::text("unread")).await.unwrap();
+    ws.flush().await.unwrap();
+    assert_eq!(next_text(&mut ws).await, format!("0:{STALL}"));
+
+    let (status, body) = admin_post(&proxy, &format!("/admin/backends/{old}/drain"), r#"{"handoff": true}"#).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(close_code(&mut ws).await, Some(1012));
+    let (mut ws, new, _) = join(&proxy, "busy").await;
+    assert_ne!(new, old);
+    let whole = vec![STALL.to_owned(), "unread".to_owned()];
+    assert_eq!(log_of(&mut ws).await, whole, "the new owner has the message the old one read last");
+    let old_b = backends.iter().find(|b| b.id == old).unwrap();
+    assert_eq!(old_b.log("busy"), Some(whole), "nothing appended on the old owner after its export");
+    handoffs_done(&proxy, 1).await;
+    let text = metrics(&proxy).await;
+    assert_eq!(metric(&text, "roomgate_handoffs_total{outcome=\"moved\"}"), 1, "{text}");
 }
 
 /// The config of replica `replica` of `backends` on `redis`, with hand-off.

@@ -1,10 +1,17 @@
 //! WebSocket frame boundaries (RFC 6455 section 5.2), tracked over a byte stream that arrives in
 //! arbitrary chunks. Headers are parsed; payloads are skipped, never unmasked or copied, except the
-//! two-byte status code of a close frame. This is what lets the relay stop a direction between two
-//! frames and send a close frame of its own.
+//! two-byte status code of a close frame and the token of a pong the relay awaits. This is what
+//! lets the relay stop a direction between two frames, send a close frame of its own, and know
+//! when a peer has read up to a point (its pong to the relay's ping).
 
 /// Opcode of a close frame.
 pub const OP_CLOSE: u8 = 0x8;
+
+/// Length of the payload of the ping a pause sends as its fence (a random token).
+pub const FENCE_LEN: usize = 8;
+
+/// [`FrameTracker`]'s `fence` once its pong came (never a token: see `expect_pong`).
+const ANSWERED: u64 = u64::MAX;
 
 /// Close code for a close frame with no status code (RFC 6455 section 7.4.1, never sent on the wire).
 pub const NO_STATUS: u16 = 1005;
@@ -65,10 +72,15 @@ pub struct FrameTracker {
     remaining: u64,
     in_payload: bool,
     opcode: u8,
-    mask: Option<[u8; 4]>,
-    /// Offset into the current payload (for the close status code).
-    payload_off: u64,
+    /// Offset into the current payload, saturating at 255: only its first bytes are looked at.
+    payload_off: u8,
+    /// The status code of the close frame in progress.
     code: [u8; 2],
+    /// The token of the pong that answers the relay's own ping (see
+    /// [`FrameTracker::expect_pong`]): 0 while none is awaited, [`ANSWERED`] once it came.
+    fence: u64,
+    /// The pong in progress carries `fence`, as far as it has come.
+    pong_matches: bool,
     frames: u64,
     close_code: Option<u16>,
     rules: Rules,
@@ -146,6 +158,24 @@ impl FrameTracker {
         self.close_code
     }
 
+    /// Watches the stream for a pong whose payload is `token`, big-endian: the answer to a ping
+    /// the relay sent the other way (a pause's fence). 0 stops watching; either forgets an
+    /// earlier answer. A token is neither 0 nor `u64::MAX`.
+    pub fn expect_pong(&mut self, token: u64) {
+        debug_assert!(token != ANSWERED);
+        self.fence = token;
+    }
+
+    /// The pong [`FrameTracker::expect_pong`] awaits has ended in the stream.
+    pub fn pong_answered(&self) -> bool {
+        self.fence == ANSWERED
+    }
+
+    /// A pong is awaited, or came.
+    pub fn awaits_pong(&self) -> bool {
+        self.fence != 0
+    }
+
     /// Follows the frames in `data`, the next bytes of the stream.
     pub fn feed(&mut self, data: &[u8]) -> Result<Feed, FrameError> {
         let mut feed = Feed::default();
@@ -158,10 +188,10 @@ impl FrameTracker {
                 }
             }
             let take = self.remaining.min((data.len() - i) as u64) as usize;
-            if self.opcode == OP_CLOSE && self.payload_off < 2 {
-                self.capture_code(&data[i..i + take]);
+            if (self.payload_off as usize) < FENCE_LEN && self.captures() {
+                self.capture(&data[i..i + take]);
             }
-            self.payload_off += take as u64;
+            self.payload_off = self.payload_off.saturating_add(take.min(255) as u8);
             self.remaining -= take as u64;
             i += take;
             if self.remaining == 0 {
@@ -222,43 +252,67 @@ impl FrameTracker {
     fn start_payload(&mut self) -> Result<(), FrameError> {
         let (b0, b1) = (self.head[0], self.head[1]);
         let opcode = b0 & 0x0f;
-        let (len, ext) = match b1 & 0x7f {
-            126 => (u16::from_be_bytes([self.head[2], self.head[3]]) as u64, 2),
+        let len = match b1 & 0x7f {
+            126 => u16::from_be_bytes([self.head[2], self.head[3]]) as u64,
             127 => {
                 let mut b = [0u8; 8];
                 b.copy_from_slice(&self.head[2..10]);
-                (u64::from_be_bytes(b), 8)
+                u64::from_be_bytes(b)
             }
-            n => (n as u64, 0),
+            n => n as u64,
         };
         if len >> 63 != 0 {
             return Err(FrameError::LengthOverflow);
         }
-        self.mask = (b1 & 0x80 != 0).then(|| {
-            let m = &self.head[2 + ext..6 + ext];
-            [m[0], m[1], m[2], m[3]]
-        });
         self.opcode = opcode;
         self.remaining = len;
         self.payload_off = 0;
+        self.pong_matches = true;
         self.in_payload = true;
         Ok(())
     }
 
-    fn capture_code(&mut self, bytes: &[u8]) {
+    /// Whether the current frame's first payload bytes are kept: a close frame's, and a pong's
+    /// while one is awaited.
+    fn captures(&self) -> bool {
+        self.opcode == OP_CLOSE || (self.opcode == OP_PONG && self.fence != 0 && self.fence != ANSWERED)
+    }
+
+    /// Looks at the payload bytes at the current offset: a close frame's status code is kept, a
+    /// pong's first bytes are compared with the token awaited.
+    fn capture(&mut self, bytes: &[u8]) {
+        let mask = self.mask();
+        let token = self.fence.to_be_bytes();
         for (j, &b) in bytes.iter().enumerate() {
             let off = self.payload_off as usize + j;
-            if off >= 2 {
+            if off >= FENCE_LEN || (self.opcode == OP_CLOSE && off >= 2) {
                 break;
             }
-            let m = self.mask.map_or(0, |m| m[off % 4]);
-            self.code[off] = b ^ m;
+            let b = b ^ mask.map_or(0, |m| m[off % 4]);
+            if self.opcode == OP_CLOSE {
+                self.code[off] = b;
+            } else if b != token[off] {
+                self.pong_matches = false;
+            }
         }
+    }
+
+    /// The masking key of the frame in progress, from its header (kept until the frame ends).
+    fn mask(&self) -> Option<[u8; 4]> {
+        let b1 = self.head[1];
+        if b1 & 0x80 == 0 {
+            return None;
+        }
+        let at = head_len(b1) - 4;
+        Some([self.head[at], self.head[at + 1], self.head[at + 2], self.head[at + 3]])
     }
 
     fn end_frame(&mut self, at: usize, feed: &mut Feed) {
         self.frames += 1;
         feed.first_boundary.get_or_insert(at);
+        if self.opcode == OP_PONG && self.captures() && self.payload_off as usize == FENCE_LEN && self.pong_matches {
+            self.fence = ANSWERED;
+        }
         if self.opcode == OP_CLOSE {
             let code = if self.payload_off >= 2 { u16::from_be_bytes(self.code) } else { NO_STATUS };
             self.close_code.get_or_insert(code);
@@ -327,7 +381,7 @@ pub fn parse_head(data: &[u8]) -> Result<Option<Head>, FrameError> {
     t.head[..need].copy_from_slice(&data[..need]);
     t.head_len = need as u8;
     t.start_payload()?;
-    Ok(Some(Head { fin: data[0] & 0x80 != 0, opcode: t.opcode, mask: t.mask, len: need, payload_len: t.remaining }))
+    Ok(Some(Head { fin: data[0] & 0x80 != 0, opcode: t.opcode, mask: t.mask(), len: need, payload_len: t.remaining }))
 }
 
 /// Undoes (or applies) a frame mask on payload bytes starting at payload offset `offset`.

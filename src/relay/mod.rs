@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
-pub use pump::{Pump, PumpError, PumpStats, Side, mask_key};
+pub use pump::{Held, Pump, PumpError, PumpStats, Side, mask_key};
 pub use registry::{CloseRequest, Paused, Registration, TunnelHandle, Tunnels};
 
 /// Close code roomgate sends to clients when it shuts down, or closes an idle socket (going
@@ -111,8 +111,13 @@ where
             if poll.is_pending() && rounds < 3 && this.handle.hold_client() != paused {
                 continue;
             }
-            if paused && poll.is_pending() && this.pump.client_held() {
-                this.handle.report_stopped();
+            if paused && poll.is_pending() {
+                match this.pump.client_held() {
+                    Held::Yes => this.handle.report_stopped(),
+                    // The fence's ping is queued: the next poll writes it.
+                    Held::Fencing => cx.waker().wake_by_ref(),
+                    Held::No => {}
+                }
             }
             return poll;
         }

@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use self::direction::{After, DirError, Direction};
-use super::frame::{FrameError, Rules, close_frame};
+use super::frame::{FrameError, OP_PING, Rules, close_frame, frame};
 use super::watch::NavWatch;
 
 /// Which peer of the tunnel.
@@ -34,6 +34,18 @@ pub enum PumpError {
         #[source]
         source: io::Error,
     },
+}
+
+/// Where the client's stream is, for a pause (see [`Pump::client_held`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// Relaying still, or stopped and waiting for the backend to show it has read everything.
+    No,
+    /// Stopped at a frame boundary; the fence (a ping) was queued: poll the pump again so that it
+    /// is written.
+    Fencing,
+    /// Stopped at a frame boundary, and the backend has read everything relayed before it.
+    Yes,
 }
 
 /// Counters and close codes of a finished (or running) tunnel.
@@ -108,12 +120,42 @@ where
     /// flows on. A room hand-off pauses its sockets this way.
     pub fn hold_client(&mut self, hold: bool) {
         self.up.set_hold(hold);
+        if !hold && self.down.pong().is_some() {
+            // The hold is over: a new one needs its own fence, as the client is read again.
+            self.down.expect_pong(0);
+        }
     }
 
-    /// The client's stream has stopped at a frame boundary: held there with all it relayed
-    /// written, or closing with roomgate's close frame already written to the backend.
-    pub fn client_held(&self) -> bool {
-        self.up.stopped_at_boundary()
+    /// Whether the client's stream has stopped at a frame boundary with everything relayed of it
+    /// read by the backend (a hand-off exports the room's state after this; bytes merely written
+    /// may still wait in the backend's socket, and the app would apply them after the export).
+    ///
+    /// Held at a boundary while relaying, the backend is sent a ping (the fence, masked, with a
+    /// random token) and the stop counts once its pong with that token comes back: a WebSocket
+    /// peer answers a ping in order, after reading every frame before it (RFC 6455 section
+    /// 5.5.2). The pong goes on to the client, as an unsolicited pong may. Closing, the close
+    /// frame written to the backend is the fence and its reply the answer. A backend that sent its
+    /// close frame, or whose stream ended or failed, reads nothing more.
+    pub fn client_held(&mut self) -> Held {
+        if !self.up.stopped_at_boundary() {
+            return Held::No;
+        }
+        if self.down.source_leaving() {
+            return Held::Yes;
+        }
+        if !self.up.relaying() {
+            return Held::No; // a close frame went to the backend: its reply is the answer
+        }
+        match self.down.pong() {
+            Some(true) => Held::Yes,
+            Some(false) => Held::No,
+            None => {
+                let token = fence_token();
+                self.down.expect_pong(token);
+                self.up.queue_own_frame(&frame(OP_PING, &token.to_be_bytes(), Some(mask_key())));
+                Held::Fencing
+            }
+        }
     }
 
     /// Watches the client stream for page changes out of the socket's room (djust).
@@ -244,6 +286,16 @@ pub fn mask_key() -> [u8; 4] {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let h = STATE.with(|s| s.hash_one(n));
     (h as u32).to_le_bytes()
+}
+
+/// The payload of a pause's ping ([`super::frame::FENCE_LEN`] bytes, big-endian): random, so that no pong the
+/// client asked for (nor one answering an earlier pause) can pass for its answer. Never 0 or
+/// `u64::MAX`, which the tracker keeps for "none" and "answered".
+fn fence_token() -> u64 {
+    let [a, b, c, d] = mask_key();
+    let [e, f, g, h] = mask_key();
+    let token = u64::from_be_bytes([a, b, c, d, e, f, g, h]);
+    token.clamp(1, u64::MAX - 1)
 }
 
 #[cfg(test)]

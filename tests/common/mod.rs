@@ -549,6 +549,17 @@ pub async fn next(ws: &mut Ws) -> Message {
     tokio::time::timeout(LIMIT, ws.next()).await.expect("no message in time").expect("stream ended").unwrap()
 }
 
+/// The next text message, past pings and pongs: a room's hand-off sends the old owner a ping on
+/// each paused socket, and its pong reaches the client as an unsolicited pong.
+pub async fn next_text(ws: &mut Ws) -> String {
+    loop {
+        match next(ws).await {
+            Message::Ping(_) | Message::Pong(_) => continue,
+            other => return other.into_text().expect("a text message").to_string(),
+        }
+    }
+}
+
 /// The next message within `limit`; `Err(code)` once the socket closes (None: without a close
 /// frame), after the close handshake is completed as a browser does.
 pub async fn recv(ws: &mut Ws, limit: Duration) -> Result<Message, Option<u16>> {

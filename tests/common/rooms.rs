@@ -34,13 +34,21 @@ use super::{Body, LIMIT, MemberGuard, Members, Membership, full};
 /// The default `[handoff] path`, where this backend serves export and import.
 pub const HANDOFF_PATH: &str = "/.roomgate/rooms";
 
+/// A text that makes its member's socket read nothing more until an export has been answered
+/// here, or [`STALL_BOUND`] has passed: an app busy with one message while the next already
+/// waits, unread, in its socket.
+pub const STALL: &str = "stall";
+/// The longest a [`STALL`] lasts.
+pub const STALL_BOUND: Duration = Duration::from_secs(2);
+
 /// A backend whose rooms have state: a message log per room.
 ///
 /// WebSocket at any path with the query `room=X` (X decoded as a form value, `+` is a space, as
 /// roomgate's `query:` key source reads it): a member of room X. On join the member first gets
 /// `hello:{id}:{log length}`. Each text it sends is appended to the room's log and sent to every
 /// member of the room on this backend as `{index}:{text}`; the text `log` is not appended but
-/// answered with `log:{the log as a JSON array}`. Members are recorded in `members` for the judge.
+/// answered with `log:{the log as a JSON array}`; after [`STALL`] (appended as any text) the
+/// socket reads nothing more for a while. Members are recorded in `members` for the judge.
 ///
 /// HTTP: `GET /count?room=X` answers the log's length; `POST {HANDOFF_PATH}/{key}/export` answers
 /// 200 with the log as JSON, or 204 for a room it never saw; `PUT {HANDOFF_PATH}/{key}` replaces
@@ -110,6 +118,8 @@ struct Shared {
     hung: watch::Sender<bool>,
     /// Requests (of any kind) waiting in a hang now.
     held: watch::Sender<usize>,
+    /// Exports answered with a state so far (bumped once the state is read).
+    exports: watch::Sender<u64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -135,6 +145,7 @@ impl RoomBackend {
             killed: CancellationToken::new(),
             hung: watch::Sender::new(false),
             held: watch::Sender::new(0),
+            exports: watch::Sender::new(0),
         });
         let accepting = shared.clone();
         let task = tokio::spawn(async move {
@@ -336,12 +347,36 @@ where
                 }
             }
             msg = ws.next() => match msg {
-                Some(Ok(Message::Text(text))) => said(shared, room, text.as_str(), &tx),
+                Some(Ok(Message::Text(text))) => {
+                    said(shared, room, text.as_str(), &tx);
+                    if text.as_str() == STALL && stall(shared, &mut ws, &mut rx).await.is_err() {
+                        return;
+                    }
+                }
                 Some(Ok(_)) => {}
                 Some(Err(_)) | None => return,
             }
         }
     }
+}
+
+/// The socket's outbox goes out (its members see the [`STALL`]), then nothing is read until an
+/// export has been answered or [`STALL_BOUND`] has passed.
+async fn stall<S>(
+    shared: &Shared,
+    ws: &mut WebSocketStream<S>,
+    rx: &mut mpsc::UnboundedReceiver<String>,
+) -> Result<(), ()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    while let Ok(text) = rx.try_recv() {
+        ws.send(Message::text(text)).await.map_err(|_| ())?;
+    }
+    let mut exports = shared.exports.subscribe();
+    exports.mark_unchanged();
+    let _ = tokio::time::timeout(STALL_BOUND, exports.changed()).await;
+    Ok(())
 }
 
 /// Appends `text` to the room's log and sends it to every member, under one lock so that all

@@ -125,7 +125,16 @@ impl Member {
             }
         };
         let mut ws = ws;
-        let hello = match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+        // A socket that opens during a hand-off's pause may get roomgate's pong first.
+        let first = async {
+            loop {
+                match ws.next().await {
+                    Some(Ok(Message::Pong(_) | Message::Ping(_))) => continue,
+                    other => return other,
+                }
+            }
+        };
+        let hello = match tokio::time::timeout(Duration::from_secs(10), first).await {
             Ok(Some(Ok(Message::Text(t)))) if t.starts_with("hello:") => t.to_string(),
             other => {
                 self.judge.handshake_failed(self.id, &room, format!("no hello: {other:?}"));

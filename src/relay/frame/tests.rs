@@ -250,3 +250,48 @@ fn strict_rules_hold_each_side_to_rfc_6455() {
     let mut lenient = FrameTracker::new();
     assert!(lenient.feed(&[0xF3, 0x00]).is_ok(), "a plain tracker only follows boundaries");
 }
+
+/// The pong that answers a pause's ping is found whatever chunks it arrives in, masked or not;
+/// one differing byte, a longer payload or an earlier pong (before `expect_pong`) does not count.
+#[test]
+fn the_pong_awaited_is_found_across_chunks_and_no_other_counts() {
+    let token: u64 = 0x0102_0304_0506_0708;
+    let bytes = token.to_be_bytes();
+    for mask in [None, Some([0xa1, 0xb2, 0xc3, 0xd4])] {
+        let good = frame(OP_PONG, &bytes, mask);
+        for cut in 0..=good.len() {
+            let mut t = FrameTracker::new();
+            t.expect_pong(token);
+            let stream = [frame(OP_TEXT, b"before", mask), good.clone()].concat();
+            let cut = 8 + mask.map_or(0, |_| 4) + cut;
+            t.feed(&stream[..cut]).unwrap();
+            assert_eq!(t.pong_answered(), cut == stream.len(), "cut at {cut}");
+            t.feed(&stream[cut..]).unwrap();
+            assert!(t.pong_answered(), "cut at {cut}, {mask:?}");
+        }
+        let mut longer = bytes.to_vec();
+        longer.push(9);
+        for i in 0..=FENCE_LEN {
+            let mut wrong = bytes;
+            let payload: &[u8] = if i < FENCE_LEN {
+                wrong[i] ^= 0x40;
+                &wrong
+            } else {
+                &longer
+            };
+            let mut t = FrameTracker::new();
+            t.expect_pong(token);
+            t.feed(&frame(OP_PONG, payload, mask)).unwrap();
+            t.feed(&frame(OP_PING, &bytes, mask)).unwrap();
+            assert!(!t.pong_answered(), "a pong with {payload:?}, or a ping");
+        }
+    }
+    let mut t = FrameTracker::new();
+    t.feed(&frame(OP_PONG, &bytes, None)).unwrap();
+    t.expect_pong(token);
+    assert!(!t.pong_answered(), "a pong before the wait began");
+    t.feed(&frame(OP_PONG, &bytes, None)).unwrap();
+    assert!(t.pong_answered());
+    t.expect_pong(0);
+    assert!(!t.awaits_pong() && !t.pong_answered(), "forgotten");
+}

@@ -1,6 +1,12 @@
 //! Pausing a room's tunnels for a hand-off: client-to-backend relaying stops at a frame boundary
 //! while backend-to-client flows on, until the pause ends.
 //!
+//! A tunnel counts as stopped once its backend has read everything relayed to it: the relay
+//! sends it a ping at the boundary and reports the stop when the pong with that ping's token
+//! comes back (`Pump::client_held`). Written is not read: a message may still wait in the
+//! backend's socket, and an app that read it after answering the export would append it to a
+//! copy it has handed over.
+//!
 //! Each handle keeps one word: how many pauses cover it, whether its relay reported it stopped,
 //! and whether it ended. The relay loads the word once per poll (one atomic load when no pause
 //! was asked for), holds the client's stream while the count is above zero, and reports when the
@@ -109,14 +115,16 @@ impl Paused {
         self.len() == 0
     }
 
-    /// Every tunnel has stopped at a frame boundary (what it relayed of the client has reached
-    /// the backend, and nothing more will until the pause ends), or has ended.
+    /// Every tunnel has stopped at a frame boundary (what it relayed of the client has been read
+    /// by the backend, which answered a ping sent after it, and nothing more will be relayed
+    /// until the pause ends), or has ended.
     pub fn is_stopped(&self) -> bool {
         lock(&self.group.covered).iter().all(|h| h.pause.load(Ordering::Acquire) & (STOPPED | ENDED) != 0)
     }
 
     /// Resolves once [`Paused::is_stopped`]; at once for a room with no tunnels. A client that
-    /// stalls in the middle of a frame keeps its tunnel from stopping: the caller bounds the wait.
+    /// stalls in the middle of a frame, or a backend that does not answer the ping, keeps its
+    /// tunnel from stopping: the caller bounds the wait.
     pub async fn stopped(&self) {
         loop {
             let notified = STOPS.notified();
@@ -191,7 +199,8 @@ impl TunnelHandle {
         }
     }
 
-    /// For the relay: its client stream has stopped at a frame boundary while held.
+    /// For the relay: its client stream has stopped at a frame boundary while held, and the
+    /// backend has read what was relayed before.
     pub(in crate::relay) fn report_stopped(&self) {
         if self.pause.load(Ordering::Acquire) & STOPPED == 0 {
             self.pause.fetch_or(STOPPED, Ordering::AcqRel);

@@ -78,6 +78,7 @@ async fn export_state(shared: &Shared, key: &str, behaviour: &HandoffBehaviour) 
             n => serde_json::to_vec(&serde_json::json!({"log": room.log, "pad": "x".repeat(n)})),
         }
     };
+    shared.exports.send_modify(|n| *n += 1);
     let mut resp = full(StatusCode::OK, &shared.id, body.unwrap_or_default());
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp

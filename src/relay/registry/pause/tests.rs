@@ -9,7 +9,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use super::*;
-use crate::relay::frame::{FrameTracker, OP_BINARY, OP_CLOSE, OP_PING, OP_TEXT, close_frame, frame};
+use crate::relay::frame::{
+    FENCE_LEN, FrameTracker, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG, OP_TEXT, close_frame, frame, parse_head, unmask,
+};
 use crate::relay::watch::NavWatch;
 use crate::relay::{self, Ending, PumpStats, TunnelOptions};
 
@@ -87,6 +89,28 @@ async fn stays_quiet(s: &mut TcpStream, what: &str) {
     }
 }
 
+/// The backend's side of a pause's fence: reads roomgate's ping (masked, a random token) and
+/// answers it, as a WebSocket peer does once it has read every frame before it. Returns the
+/// pong, which the client gets.
+async fn answer_fence(backend: &mut TcpStream) -> Vec<u8> {
+    let got = read_exactly(backend, 2 + 4 + FENCE_LEN).await;
+    let head = parse_head(&got).unwrap().unwrap();
+    assert_eq!((head.opcode, head.payload_len), (OP_PING, FENCE_LEN as u64), "the fence's ping: {got:?}");
+    let mut token = got[head.len..].to_vec();
+    unmask(&mut token, head.mask, 0);
+    let pong = frame(OP_PONG, &token, None);
+    backend.write_all(&pong).await.unwrap();
+    pong
+}
+
+/// Waits for `paused` to stop, the backend answering the fence; returns the pong the client
+/// is sent.
+async fn stop(paused: &Paused, backend: &mut TcpStream) -> Vec<u8> {
+    let (stopped, pong) = tokio::join!(tokio::time::timeout(SOON, paused.stopped()), answer_fence(backend));
+    stopped.expect("stopped once the backend answered the fence");
+    pong
+}
+
 fn small(i: usize) -> Vec<u8> {
     frame(OP_BINARY, format!("frame {i}").as_bytes(), Some(M))
 }
@@ -123,10 +147,12 @@ async fn a_pause_stops_the_client_stream_at_a_frame_boundary_and_resume_delivers
         client_wr
     });
     // The backend reads while the relay completes the frame: its socket buffers need not hold it.
-    let (stopped, completed) =
-        tokio::join!(tokio::time::timeout(SOON, paused.stopped()), read_exactly(&mut backend, big.len() - 100_000));
-    stopped.expect("stopped at the end of the large frame");
+    // Then it gets the fence's ping, and the stop counts once it has answered it.
+    let completed = read_exactly(&mut backend, big.len() - 100_000).await;
     assert_eq!(completed, big[100_000..], "the frame completed");
+    assert!(!paused.is_stopped(), "the backend has not answered the fence");
+    let pong = stop(&paused, &mut backend).await;
+    assert_eq!(read_exactly(&mut client_rd, pong.len()).await, pong, "the client gets the pong");
     // Everything after the large frame is written (to the socket buffers), and none of it passes.
     let client_wr = tokio::time::timeout(SOON, writer).await.expect("the client wrote everything").unwrap();
     stays_quiet(&mut backend, "the backend got bytes while paused").await;
@@ -152,6 +178,59 @@ async fn a_pause_stops_the_client_stream_at_a_frame_boundary_and_resume_delivers
     assert!(tunnels.is_empty());
 }
 
+/// Stopped counts only once the backend has read everything relayed before the pause: its pong
+/// to roomgate's ping, with the ping's token. A pong with another payload (the answer to a ping
+/// the client sent, or an unsolicited one) does not count, nor does one from an earlier pause;
+/// all go on to the client.
+#[tokio::test]
+async fn a_pause_stops_only_once_the_backend_answers_its_own_ping() {
+    let tunnels = Arc::new(Tunnels::default());
+    let Tunnel { mut client, mut backend, task } = open(&tunnels).await;
+    let first = tunnels.pause_room("r", "b");
+    let ping = read_exactly(&mut backend, 2 + 4 + FENCE_LEN).await;
+    let head = parse_head(&ping).unwrap().unwrap();
+    let mut token = ping[head.len..].to_vec();
+    unmask(&mut token, head.mask, 0);
+    let mut other = token.clone();
+    other[0] ^= 1;
+    let wrong: Vec<u8> =
+        [frame(OP_PONG, &other, None), frame(OP_PONG, b"", None), frame(OP_PONG, &token[..4], None)].concat();
+    backend.write_all(&wrong).await.unwrap();
+    assert_eq!(read_exactly(&mut client, wrong.len()).await, wrong, "pongs go on to the client");
+    assert!(tokio::time::timeout(QUIET, first.stopped()).await.is_err(), "no pong with the token yet");
+    first.resume();
+    // Another pause: the client is read again in between, so the first token is stale.
+    let held = small(1);
+    client.write_all(&held).await.unwrap();
+    assert_eq!(read_exactly(&mut backend, held.len()).await, held);
+    let second = tunnels.pause_room("r", "b");
+    let ping2 = read_exactly(&mut backend, 2 + 4 + FENCE_LEN).await;
+    backend.write_all(&frame(OP_PONG, &token, None)).await.unwrap();
+    assert!(tokio::time::timeout(QUIET, second.stopped()).await.is_err(), "the first pause's pong is stale");
+    let head = parse_head(&ping2).unwrap().unwrap();
+    let mut token2 = ping2[head.len..].to_vec();
+    unmask(&mut token2, head.mask, 0);
+    assert_ne!(token2, token, "each pause has its own token");
+    backend.write_all(&frame(OP_PONG, &token2, None)).await.unwrap();
+    tokio::time::timeout(SOON, second.stopped()).await.expect("stopped once its own pong came");
+    drop(second);
+    drop((client, backend));
+    let _ = tokio::time::timeout(SOON, task).await.expect("the tunnel ended");
+}
+
+/// A backend that sends its close frame instead of answering reads nothing more: the pause
+/// counts it as stopped.
+#[tokio::test]
+async fn a_backend_that_closes_instead_of_answering_the_fence_counts_as_stopped() {
+    let tunnels = Arc::new(Tunnels::default());
+    let Tunnel { client: _client, mut backend, task: _task } = open(&tunnels).await;
+    let paused = tunnels.pause_room("r", "b");
+    let _ping = read_exactly(&mut backend, 2 + 4 + FENCE_LEN).await;
+    assert!(!paused.is_stopped());
+    backend.write_all(&close_frame(1001, "", None)).await.unwrap();
+    tokio::time::timeout(SOON, paused.stopped()).await.expect("a closing backend counts as stopped");
+}
+
 /// A close request on a paused tunnel closes both sides with its code: the backend's close frame
 /// comes at once (the stream is at a boundary), what the client sent while paused is dropped,
 /// and the close handshake runs to its end.
@@ -163,7 +242,7 @@ async fn a_close_request_closes_a_paused_tunnel_on_both_sides() {
     client.write_all(&first).await.unwrap();
     assert_eq!(read_exactly(&mut backend, first.len()).await, first);
     let paused = tunnels.pause_room("r", "b");
-    tokio::time::timeout(SOON, paused.stopped()).await.expect("an idle tunnel stops at once");
+    let pong = stop(&paused, &mut backend).await;
     let held: Vec<u8> = (1..10).flat_map(small).collect();
     client.write_all(&held).await.unwrap();
 
@@ -171,8 +250,9 @@ async fn a_close_request_closes_a_paused_tunnel_on_both_sides() {
     let (got, code) = read_until_close(&mut backend).await;
     assert_eq!((got.len(), code), (BACKEND_CLOSE_LEN, Some(1001)), "the close alone, no held frame: {got:?}");
     let (got, code) = read_until_close(&mut client).await;
-    let to_client = close_frame(1012, crate::relay::CloseRequest::Moving.reason(), None);
-    assert_eq!((got, code), (to_client, Some(1012)));
+    let mut to_client = pong;
+    to_client.extend(close_frame(1012, crate::relay::CloseRequest::Moving.reason(), None));
+    assert_eq!((got, code), (to_client, Some(1012)), "the pong, then the close");
     // Both reply; the relay drops the held frames while it reads the client's reply.
     client.write_all(&frame(OP_CLOSE, &1012u16.to_be_bytes(), Some(M))).await.unwrap();
     backend.write_all(&close_frame(1001, "", None)).await.unwrap();
@@ -191,7 +271,7 @@ async fn dropping_a_pause_resumes_its_tunnels() {
     let tunnels = Arc::new(Tunnels::default());
     let Tunnel { mut client, mut backend, task } = open(&tunnels).await;
     let paused = tunnels.pause_room("r", "b");
-    tokio::time::timeout(SOON, paused.stopped()).await.expect("an idle tunnel stops at once");
+    stop(&paused, &mut backend).await;
     let held = small(1);
     client.write_all(&held).await.unwrap();
     stays_quiet(&mut backend, "the frame passed while paused").await;
@@ -214,7 +294,7 @@ async fn a_watched_stream_stops_where_its_watch_holds_a_message_back() {
     assert_eq!(read_exactly(&mut backend, event.len()).await, event);
     client.write_all(&event[..20]).await.unwrap();
     let paused = tunnels.pause_room("r", "b");
-    tokio::time::timeout(SOON, paused.stopped()).await.expect("what was written ends at a boundary");
+    stop(&paused, &mut backend).await; // what was written ends at a boundary
     client.write_all(&event[20..]).await.unwrap();
     stays_quiet(&mut backend, "the message passed while paused").await;
     paused.resume();
@@ -288,7 +368,7 @@ async fn a_tunnel_closed_while_paused_passes_on_nothing_held_when_the_pause_ends
     let tunnels = Arc::new(Tunnels::default());
     let Tunnel { mut client, mut backend, task } = open(&tunnels).await;
     let paused = tunnels.pause_room("r", "b");
-    tokio::time::timeout(SOON, paused.stopped()).await.expect("an idle tunnel stops at once");
+    stop(&paused, &mut backend).await;
     let held: Vec<u8> = (0..5).flat_map(small).collect();
     client.write_all(&held).await.unwrap();
     stays_quiet(&mut backend, "the frames passed while paused").await;
