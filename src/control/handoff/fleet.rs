@@ -27,13 +27,10 @@ impl FleetPauses {
             running.retain(|_, ended| !ended.is_closed());
             match event {
                 FleetMove::Begin { room, from, lease } => {
-                    // A move of the same room run here is its own hold and pause.
-                    let Some(held) = self.gateway.moving().begin(&room) else { continue };
-                    let paused = self.gateway.tunnels().pause_room(&room, &from);
                     let (ended, end) = oneshot::channel();
+                    // A pause of the room still followed here (its end was missed) ends now.
                     running.insert(room.clone(), ended);
-                    let pause = Pause { gateway: self.gateway.clone(), room, from, held, paused };
-                    tokio::spawn(pause.follow(lease, end));
+                    tokio::spawn(follow(self.gateway.clone(), room, from, lease, end));
                 }
                 FleetMove::End { room, moved, .. } => {
                     if let Some(ended) = running.remove(&room) {
@@ -43,6 +40,35 @@ impl FleetPauses {
             }
         }
     }
+}
+
+/// Follows another replica's move of `room` off `from`: holds the room's joins and pauses its
+/// sockets here, then [`Pause::follow`]s it to its end.
+///
+/// The room may be held here already: this replica began a move of its own of the room (both
+/// acted on one shared drain or rebalance), which the other won; it gives up once Redis refuses
+/// it the lease, a round trip later. The pause waits for that hold to end rather than skip the
+/// move: without its acknowledgement, the other replica's move would fail its pause step and the
+/// room restart empty.
+async fn follow(gateway: Arc<Gateway>, room: String, from: String, lease: Duration, mut end: oneshot::Receiver<bool>) {
+    let deadline = tokio::time::Instant::now() + lease;
+    let held = loop {
+        if let Some(held) = gateway.moving().begin(&room) {
+            break held;
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        tokio::select! {
+            // The move ended, or a later one of the room replaced it, before it could be followed.
+            _ = &mut end => return,
+            _ = gateway.moving().wait(&room, left) => {}
+        }
+    };
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let paused = gateway.tunnels().pause_room(&room, &from);
+    Pause { gateway, room, from, held, paused }.follow(left, end).await;
 }
 
 /// One room held and paused here for another replica's move.
@@ -84,3 +110,6 @@ impl Pause {
         drop(self.held);
     }
 }
+
+#[cfg(test)]
+mod tests;
