@@ -296,6 +296,31 @@ async fn a_message_the_old_owner_has_not_read_when_the_move_begins_is_in_the_exp
     assert_eq!(metric(&text, "roomgate_handoffs_total{outcome=\"moved\"}"), 1, "{text}");
 }
 
+/// Found by the 30-minute soak's end-state check: the hand-off calls' own pool kept idle
+/// connections to the backends for hyper's default 90 s, past `[upstream] idle_timeout` (up to
+/// four per backend and replica). They close after the idle timeout, as the request path's do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoff_connections_close_after_the_upstream_idle_timeout() {
+    let backends = fleet(2).await;
+    let proxy = Proxy::start(&config_for(&backends, "[handoff]\n[upstream]\nidle_timeout = \"1s\"\n")).await;
+    let (mut ws, old, _) = join(&proxy, "idle").await;
+    say(&mut ws, "x").await;
+    let (status, body) = admin_post(&proxy, &format!("/admin/backends/{old}/drain"), r#"{"handoff": true}"#).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(close_code(&mut ws).await, Some(1012));
+    let (_ws, new, len) = join(&proxy, "idle").await;
+    assert_ne!(new, old);
+    assert_eq!(len, 1, "moved with its state");
+    handoffs_done(&proxy, 1).await;
+    let old_b = backends.iter().find(|b| b.id == old).unwrap();
+    let new_b = backends.iter().find(|b| b.id == new).unwrap();
+    assert_eq!((old_b.calls().len(), new_b.calls().len()), (1, 1), "one export, one import");
+    for b in [old_b, new_b] {
+        let open = b.http_conns();
+        assert!(b.wait_no_http_conns(LIMIT).await, "{}: {open} idle connection(s) still open", b.id);
+    }
+}
+
 /// The config of replica `replica` of `backends` on `redis`, with hand-off.
 fn replica_config(backends: &[RoomBackend], redis: &common::redis_server::Redis, replica: &str) -> String {
     let directory = format!(

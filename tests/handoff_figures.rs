@@ -58,7 +58,7 @@ async fn one_room_moves(padding: usize, moves: usize) -> Vec<Duration> {
     for i in 0..5 {
         say(&mut ws, &format!("m{i}")).await.unwrap();
     }
-    let (gateway, client) = (proxy.control.gateway().clone(), HandoffClient::default());
+    let (gateway, client) = (proxy.control.gateway().clone(), HandoffClient::new(Duration::from_secs(60)));
     let mut took = Vec::with_capacity(moves);
     for i in 0..moves {
         let from: std::sync::Arc<str> = hello.backend.as_str().into();

@@ -120,6 +120,8 @@ struct Shared {
     held: watch::Sender<usize>,
     /// Exports answered with a state so far (bumped once the state is read).
     exports: watch::Sender<u64>,
+    /// HTTP connections open now (an upgraded one counts until its upgrade).
+    http_conns: watch::Sender<usize>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -146,6 +148,7 @@ impl RoomBackend {
             hung: watch::Sender::new(false),
             held: watch::Sender::new(0),
             exports: watch::Sender::new(0),
+            http_conns: watch::Sender::new(0),
         });
         let accepting = shared.clone();
         let task = tokio::spawn(async move {
@@ -153,6 +156,9 @@ impl RoomBackend {
                 let Ok((stream, _)) = listener.accept().await else { continue };
                 let shared = accepting.clone();
                 tokio::spawn(async move {
+                    let counted = shared.clone();
+                    counted.http_conns.send_modify(|n| *n += 1);
+                    let _open = Held(&counted.http_conns);
                     let killed = shared.killed.clone();
                     let svc = service_fn(move |req| handle(shared.clone(), req));
                     let conn = hyper::server::conn::http1::Builder::new()
@@ -246,6 +252,18 @@ impl RoomBackend {
             .await
             .unwrap_or_else(|_| panic!("{}: {n} requests not held in time", self.id))
             .unwrap();
+    }
+
+    /// Waits (at most `limit`) until no HTTP connection is open (WebSockets do not count):
+    /// whether it came to that.
+    pub async fn wait_no_http_conns(&self, limit: Duration) -> bool {
+        let mut conns = self.shared.http_conns.subscribe();
+        tokio::time::timeout(limit, conns.wait_for(|n| *n == 0)).await.is_ok()
+    }
+
+    /// HTTP connections open now.
+    pub fn http_conns(&self) -> usize {
+        *self.shared.http_conns.borrow()
     }
 
     /// Like a killed process: the port closes, every connection drops, the state is lost.

@@ -10,7 +10,7 @@ use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 use crate::backends::Backend;
@@ -72,15 +72,21 @@ pub struct HandoffClient {
     client: Client<HttpConnector, Full<Bytes>>,
 }
 
-impl Default for HandoffClient {
-    fn default() -> Self {
+impl HandoffClient {
+    /// A client whose idle connections close after `idle` (`[upstream] idle_timeout`, as the
+    /// request path's): moves come in bursts, and a connection kept between them would hold a
+    /// descriptor on both sides for nothing (hyper's default is 90 s).
+    pub fn new(idle: Duration) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        HandoffClient { client: Client::builder(TokioExecutor::new()).pool_max_idle_per_host(4).build(connector) }
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(4)
+            .pool_idle_timeout(idle)
+            .pool_timer(TokioTimer::new())
+            .build(connector);
+        HandoffClient { client }
     }
-}
 
-impl HandoffClient {
     /// `POST {path}/{key}/export` to the old owner, answered within `timeout`. `None`: nothing to
     /// hand over (204 or 404).
     pub async fn export(

@@ -84,7 +84,7 @@ impl Handoffs {
         let (batches, rx) = mpsc::unbounded_channel();
         let progress = Arc::new(Progress::default());
         let running = TaskTracker::new();
-        let client = HandoffClient::default();
+        let client = HandoffClient::new(gateway.snapshot().config.upstream.idle_timeout);
         let looper = HandoffLoop { gateway, rx, progress: progress.clone(), client, running: running.clone() };
         (Handoffs { batches, progress, rebalanced: Arc::new(AtomicU64::new(0)), running }, looper)
     }
