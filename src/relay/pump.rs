@@ -288,9 +288,9 @@ pub fn mask_key() -> [u8; 4] {
     (h as u32).to_le_bytes()
 }
 
-/// The payload of a pause's ping ([`super::frame::FENCE_LEN`] bytes, big-endian): random, so that no pong the
-/// client asked for (nor one answering an earlier pause) can pass for its answer. Never 0 or
-/// `u64::MAX`, which the tracker keeps for "none" and "answered".
+/// The payload of a pause's ping ([`super::frame::FENCE_LEN`] bytes, big-endian): random, so
+/// that no pong the client asked for (nor one answering an earlier pause) can pass for its
+/// answer. Never 0 or `u64::MAX`, which the tracker keeps for "none" and "answered".
 fn fence_token() -> u64 {
     let [a, b, c, d] = mask_key();
     let [e, f, g, h] = mask_key();
