@@ -202,7 +202,9 @@ async fn main() {
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     // A Redis the fleet has used already: no rebuild window holds the set-up's placements.
-    let _: () = redis::cmd("SET").arg("roomgate:generation").arg("1").query_async(&mut conn).await.unwrap();
+    for key in roomgate::directory::redis_bucket_keys("roomgate:", "gen") {
+        let _: () = redis::cmd("SET").arg(key).arg("1").query_async(&mut conn).await.unwrap();
+    }
     let backends: Vec<Arc<str>> = (0..o.backends).map(|b| Arc::from(format!("b{b}"))).collect();
     let me = Arc::new(ReplicaState { epoch: 1, backends: backends.clone() });
     let replicas: Vec<Arc<Replica>> = (0..o.replicas)

@@ -624,8 +624,7 @@ async fn a_claim_holds_joins_until_released_and_no_longer_than_its_lease() {
     assert!(a.sync(&me).await.is_some() && b.sync(&me).await.is_some());
     let (b0, b1): (Arc<str>, Arc<str>) = (Arc::from("b0"), Arc::from("b1"));
     let set = async |record: &str| {
-        let _: () =
-            redis::cmd("SET").arg("roomgate:room:r").arg(record).query_async(&mut redis.conn().await).await.unwrap();
+        redis.set_record("r", record, None).await;
     };
 
     // A sends a member to b0 (its claim is written with the placement); then the room moves to
@@ -645,8 +644,7 @@ async fn a_claim_holds_joins_until_released_and_no_longer_than_its_lease() {
     // A claim nobody releases (its replica froze) holds joins only until it expires.
     let p = a.place_if_absent("s", &b0, true).await;
     assert_eq!(p.wait, Duration::ZERO);
-    let _: () =
-        redis::cmd("SET").arg("roomgate:room:s").arg("b1 2").query_async(&mut redis.conn().await).await.unwrap();
+    redis.set_record("s", "b1 2", None).await;
     let start = Instant::now();
     let mut waited = None;
     while start.elapsed() < LIMIT {

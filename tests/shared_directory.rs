@@ -296,7 +296,6 @@ async fn a_redis_outage_loses_nothing_and_the_directory_is_rebuilt() {
     // Back, empty (no persistence): the replicas re-assert their live rooms.
     redis.restart().await;
     let back = Instant::now();
-    let mut conn = redis.conn().await;
     // Rebuilt when every live room is recorded again as held by both replicas; checked after
     // each sync of either replica (receivers kept, so that no sync goes unseen).
     let (mut rx_a, mut rx_b) = (a.control.syncs(), b.control.syncs());
@@ -305,13 +304,7 @@ async fn a_redis_outage_loses_nothing_and_the_directory_is_rebuilt() {
         let mut all = true;
         for (room, _, _, _) in &rooms {
             for replica in ["A", "B"] {
-                let held: bool = redis::cmd("HEXISTS")
-                    .arg(format!("roomgate:held:{replica}"))
-                    .arg(room)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                all &= held;
+                all &= redis.claimed(replica, room).await;
             }
         }
         if all {
@@ -326,8 +319,7 @@ async fn a_redis_outage_loses_nothing_and_the_directory_is_rebuilt() {
     }
     let rebuilt = rebuilt.expect("directory rebuilt after the restart");
     for (room, owner, ws_a, ws_b) in rooms.iter_mut() {
-        let recorded: Option<String> =
-            redis::cmd("GET").arg(format!("roomgate:room:{room}")).query_async(&mut conn).await.unwrap();
+        let recorded = redis.record(room).await;
         let recorded_owner = recorded.as_deref().and_then(|r| r.split(' ').next());
         assert_eq!(recorded_owner, Some(owner.as_str()), "room {room} re-asserted: {recorded:?}");
         assert_eq!(&ws_backend(ws_a).await, owner);
@@ -407,7 +399,8 @@ async fn redis_round_trips_per_placement_per_refresh_and_per_message() {
     let after = admin_get(&a, "/admin/status").await;
     assert_eq!(calls(&after, "place") - calls(&before, "place"), 20, "one round trip per placement");
 
-    // 30 live rooms: a refresh period costs one refresh script call and one pipeline.
+    // 30 live rooms that do not change: a refresh period costs one heartbeat script per bucket
+    // and one pipeline, and no refresh script (nothing changed to write).
     let mut sockets = Vec::new();
     for i in 0..30 {
         sockets.push(member(&a, &format!("live{i}")).await.0);
@@ -426,19 +419,20 @@ async fn redis_round_trips_per_placement_per_refresh_and_per_message() {
     syncs(&a, 3).await;
     let after = admin_get(&a, "/admin/status").await;
     let periods = *rx.borrow_and_update() - start;
-    for op in ["place", "reassign", "read"] {
+    for op in ["place", "reassign", "read", "refresh"] {
         assert_eq!(calls(&after, op), calls(&before, op), "{op} calls while only messages flowed");
     }
-    let refresh = calls(&after, "refresh") - calls(&before, "refresh");
+    let heartbeat = calls(&after, "heartbeat") - calls(&before, "heartbeat");
     let sync = calls(&after, "sync") - calls(&before, "sync");
-    assert!(refresh.abs_diff(periods) <= 1, "refresh calls {refresh} over {periods} periods");
+    let buckets = roomgate::directory::redis_bucket_keys("", "").len() as u64;
+    assert!(heartbeat.abs_diff(periods * buckets) <= buckets, "heartbeats {heartbeat} over {periods} periods");
     assert!(sync.abs_diff(periods) <= 1, "sync pipelines {sync} over {periods} periods");
     let commands = redis.commands().await - commands_before;
     println!(
-        "Redis round trips: 1 per placement; per refresh period with 30 live rooms {} (refresh {refresh}, \
+        "Redis round trips: 1 per placement; per refresh period with 30 live rooms {} (heartbeat {heartbeat}, \
          pipeline {sync} over {periods} periods); 0 per WebSocket message ({commands} server commands in all, \
          INFO included)",
-        (refresh + sync) as f64 / periods as f64
+        (heartbeat + sync) as f64 / periods as f64
     );
 }
 

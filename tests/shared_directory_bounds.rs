@@ -44,7 +44,7 @@ fn id(s: &str) -> Arc<str> {
 
 /// Milliseconds the room's record has left (-2: no record).
 async fn pttl(redis: &Redis, room: &str) -> i64 {
-    redis::cmd("PTTL").arg(format!("roomgate:room:{room}")).query_async(&mut redis.conn().await).await.unwrap()
+    redis.pttl(room).await
 }
 
 async fn keys(redis: &Redis, pattern: &str) -> usize {
@@ -53,7 +53,7 @@ async fn keys(redis: &Redis, pattern: &str) -> usize {
 }
 
 async fn held(redis: &Redis, replica: &str) -> u64 {
-    redis::cmd("HLEN").arg(format!("roomgate:held:{replica}")).query_async(&mut redis.conn().await).await.unwrap()
+    redis.claims_of(replica).await
 }
 
 /// The directory's admin status, as JSON.
@@ -74,17 +74,12 @@ async fn a_full_replica_writes_no_new_record_but_follows_recorded_ones() {
     redis.mark_in_use().await;
     let d = directory(&redis, "A", MemoryDirectory::with_cap(100, Default::default()));
     assert!(d.sync(&me()).await.is_some());
-    let _: () = redis::cmd("SET")
-        .arg("roomgate:room:elsewhere")
-        .arg("b1 3")
-        .query_async(&mut redis.conn().await)
-        .await
-        .unwrap();
+    redis.set_record("elsewhere", "b1 3", None).await;
     for i in 0..150 {
         let p = d.place_if_absent(&format!("r{i}"), &id("b0"), false).await;
         assert_eq!(&*p.owner, "b0");
     }
-    assert_eq!(keys(&redis, "roomgate:room:r*").await, 100, "no record written past the cap");
+    assert_eq!(keys(&redis, "roomgate:{b*}r:r*").await, 100, "no record written past the cap");
     assert_eq!(d.counts().0, 100);
     assert_eq!(status(&d)["over_cap"], 50, "{}", status(&d));
 
@@ -92,13 +87,14 @@ async fn a_full_replica_writes_no_new_record_but_follows_recorded_ones() {
     assert_eq!(&*d.place_if_absent("elsewhere", &id("b0"), false).await.owner, "b1");
     assert!(d.get("elsewhere").is_none());
 
-    // A socket past the cap: recorded here, and published with the full TTL at the next sync.
+    // A socket past the cap: recorded here, and published at the next sync, where its record
+    // stops expiring while the room is live.
     let p = d.place_if_absent("live", &id("b0"), false).await;
     assert_eq!(pttl(&redis, "live").await, -2, "placed past the cap: nothing written");
     assert!(d.enter("live", &p.owner, Use::Socket), "a socket is always counted");
     assert!(d.sync(&me()).await.is_some());
-    let left = pttl(&redis, "live").await;
-    assert!(left > TTL_UNUSED.as_millis() as i64, "a live room's record: {left} ms left");
+    assert_eq!(pttl(&redis, "live").await, -1, "a live room's record does not expire");
+    assert_eq!(redis.record("live").await.as_deref(), Some("b0 1"));
     assert_eq!(held(&redis, "A").await, 1);
 }
 
@@ -126,17 +122,10 @@ async fn new_records_expire_soon_unless_their_room_gets_a_socket() {
     let p = d.place_if_absent("moved", &id("b0"), false).await;
     assert!(d.enter("moved", &p.owner, Use::Socket));
     d.leave("moved", &p.owner, Use::Socket);
-    let _: () = redis::cmd("SET")
-        .arg("roomgate:room:moved")
-        .arg("b1 2")
-        .arg("PX")
-        .arg(1500)
-        .query_async(&mut redis.conn().await)
-        .await
-        .unwrap();
-    let extends = calls(&d, "extend");
+    redis.set_record("moved", "b1 2", Some(1500)).await;
+    let refreshes = calls(&d, "refresh");
     assert!(d.sync(&me()).await.is_some());
-    assert_eq!(calls(&d, "extend"), extends + 1, "one call for both rooms");
+    assert!(calls(&d, "refresh") <= refreshes + 2, "at most one call per bucket for both rooms");
     let left = pttl(&redis, "brief").await;
     assert!(left > TTL.as_millis() as i64 - 10_000, "the first socket's room: {left} ms left");
     assert!(pttl(&redis, "moved").await <= 1500, "a record moved meanwhile is not extended");
@@ -186,11 +175,16 @@ async fn every_idle_room_leaves_held_even_thousands_at_once() {
     let refreshes = calls(&a, "refresh");
     assert!(a.sync(&me()).await.is_some());
     assert_eq!(held(&redis, "A").await, 0, "every idle room removed at once");
-    assert_eq!(calls(&a, "refresh"), refreshes + 2, "2,600 removals in two script calls");
+    // One call per bucket the rooms fall in (at most 500 removals a call).
+    let buckets: std::collections::HashSet<String> = rooms
+        .iter()
+        .map(|r| roomgate::directory::redis_room_key("", r).split('}').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(calls(&a, "refresh"), refreshes + buckets.len() as u64, "2,600 removals in one call per bucket");
     let p = b.place_if_absent("idle2599", &id("b1"), false).await;
     assert_eq!((&*p.owner, p.live), ("b0", false), "recorded, no longer live");
     assert!(a.sync(&me()).await.is_some());
-    assert_eq!(calls(&a, "refresh"), refreshes + 2, "nothing left to remove: no call");
+    assert_eq!(calls(&a, "refresh"), refreshes + buckets.len() as u64, "nothing left to remove: no call");
 }
 
 /// A WebSocket handshake writes this replica's claim on its room before it goes out. A client
@@ -204,7 +198,9 @@ async fn claims_of_handshakes_that_never_opened_leave_with_the_next_sync() {
     let redis = Redis::start().await;
     redis.mark_in_use().await;
     for (cap, label) in [(100_000, "below the cap"), (10, "past the cap")] {
-        redis::cmd("DEL").arg("roomgate:held:A").query_async::<()>(&mut redis.conn().await).await.unwrap();
+        for key in roomgate::directory::redis_bucket_keys("roomgate:", "h:A") {
+            redis::cmd("DEL").arg(key).query_async::<()>(&mut redis.conn().await).await.unwrap();
+        }
         let a = directory(&redis, "A", MemoryDirectory::with_cap(cap, Default::default()));
         assert!(a.sync(&me()).await.is_some());
         for i in 0..500 {

@@ -207,8 +207,19 @@ impl Validator<'_> {
             .url
             .as_ref()
             .ok_or_else(|| self.err(&d.backend, "directory.backend = \"redis\" needs directory.url".into()))?;
-        if let Err(e) = redis::Client::open(url.get_ref().as_str()) {
-            return Err(self.err(url, format!("directory.url: {e}")));
+        // One Redis, or a cluster's seed nodes (`redis+cluster://host:port,host:port`).
+        let seeds = match crate::directory::cluster_seeds(url.get_ref()) {
+            None => vec![url.get_ref().clone()],
+            Some(Ok(seeds)) => seeds,
+            Some(Err(why)) => return Err(self.err(url, format!("directory.url: {why}"))),
+        };
+        for seed in seeds {
+            if let Err(e) = redis::Client::open(seed.as_str()) {
+                return Err(self.err(url, format!("directory.url: {e}")));
+            }
+        }
+        if d.prefix.contains(['{', '}']) {
+            return Err(self.err(&d.backend, "directory.prefix: no '{' or '}' (roomgate adds hash tags of its own)".into()));
         }
         let refresh = d.refresh.get_ref().0;
         if refresh < Duration::from_millis(100) {
@@ -221,10 +232,14 @@ impl Validator<'_> {
             );
         }
         let replica_id = match &d.replica_id {
-            Some(id) if !id.get_ref().is_empty() && id.get_ref().bytes().all(|b| b.is_ascii_graphic()) => {
+            Some(id)
+                if !id.get_ref().is_empty()
+                    && id.get_ref().bytes().all(|b| b.is_ascii_graphic())
+                    && !id.get_ref().starts_with(['=', '!']) =>
+            {
                 Some(id.get_ref().clone())
             }
-            Some(id) => return Err(self.err(id, "directory.replica_id: expected visible ASCII, no spaces".into())),
+            Some(id) => return Err(self.err(id, "directory.replica_id: expected visible ASCII, no spaces, not starting with '=' or '!'".into())),
             None => None,
         };
         let password = match &d.password_file {

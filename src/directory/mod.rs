@@ -24,7 +24,7 @@ use serde::Serialize;
 
 pub use cap::DEFAULT_MAX_ROOMS;
 pub use memory::{Entered, LiveEntry, MemoryDirectory};
-pub use redis::{AWAY_POLL, RedisDirectory, RedisSettings};
+pub use redis::{AWAY_POLL, RedisDirectory, RedisSettings, cluster_seeds, redis_bucket_keys, redis_room_key};
 pub use status::{
     DirectoryCalls, DirectoryMetrics, DirectoryStatus, FleetClaim, FleetRoom, LocalStatus, ReplicaSeen, SharedStatus,
 };

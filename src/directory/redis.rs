@@ -1,36 +1,39 @@
-//! The room directory shared by several roomgate replicas through Redis.
+//! The room directory shared by several roomgate replicas through Redis or Redis Cluster.
 //!
 //! Each replica keeps its own connections counted in a local [`MemoryDirectory`]; Redis holds
-//! what the replicas must agree on:
-//! - `{prefix}room:{key}`: "owner version", the room's owner, placed first-writer-wins (one
-//!   script: GET, else SET with an expiry). Every move bumps the version, so that a move wins
-//!   over replicas that still hold the room on its old owner: they follow it. A new record lives
-//!   `rooms.linger_unused` (plus slack) until the room gets a WebSocket; from then on
-//!   `rooms.linger`. A replica whose directory is full (`limits.max_rooms`) writes no new record.
-//! - `{prefix}held:{replica}`: room -> "owner version connections until sockets", this
-//!   replica's claims: a member joins a room's owner only while no unexpired claim names another
-//!   backend, so that a move holds joins until every replica has closed its sockets on the old
-//!   owner (`docs/replicas.md`, "One owner at a time"). The hash expires with the replica's
-//!   heartbeat; each claim at its `until` (Redis server time).
-//! - `{prefix}replicas`: replica -> "epoch seen_ms backend,ids" (heartbeat).
-//! - `{prefix}drains`: backend -> drain deadline (unix ms): a drain started anywhere holds
-//!   everywhere. `{prefix}splits` counts rooms seen with sockets on two backends.
-//! - `{prefix}generation`: absent after Redis lost its data; whoever finds it so opens a rebuild
-//!   window (`{prefix}rebuilding`) in which no room without a record is placed or moved.
+//! what the replicas must agree on, in [`keys::BUCKETS`] buckets of rooms whose keys share a
+//! hash tag, so that every script touches one hash slot (`keys.rs` names them all):
+//! - a room's hash: its record, "owner version", placed first-writer-wins (one script: read,
+//!   else write). Every move bumps the version, so that a move wins over replicas that still hold
+//!   the room on its old owner: they follow it. And each replica's claim on the room, "owner
+//!   version connections until sockets": a member joins a room's owner only while no claim that
+//!   counts names another backend, so that a move holds joins until every replica has closed its
+//!   sockets on the old owner (`docs/replicas.md`, "One owner at a time"). A room with connections
+//!   somewhere never expires; one without lingers `rooms.linger` (plus slack), or
+//!   `rooms.linger_unused` if it never had a WebSocket. A replica whose directory is full
+//!   (`limits.max_rooms`) writes no new record.
+//! - per bucket, each replica's heartbeat: its claims count while it is younger than the lease
+//!   (three refresh periods), so that nobody re-asserts a claim that did not change, and the claims
+//!   of a replica gone for good are removed by the others' heartbeats. A log of owner changes,
+//!   which each replica reads at its heartbeat to follow moves it has not seen.
+//! - per bucket, a generation, absent after Redis lost the bucket's data: whoever finds it so
+//!   opens a rebuild window in which no room without a record is placed or moved, and every
+//!   replica re-asserts its rooms of that bucket.
+//! - fleet-wide: heartbeats with each replica's config epoch and backends, drains (a drain
+//!   started anywhere holds everywhere), rebalance requests.
 //!
-//! Redis is touched when a room is placed or moved and once per refresh period (one command per
-//! live room, in scripts of 500 rooms, plus one pipeline, plus one script for the rooms that got
-//! their first WebSocket), never per request of a room live here and never per WebSocket frame. When Redis is unreachable, known rooms keep their owner, new
-//! rooms get pure placement (which every replica computes alike), and the outage shows in logs,
-//! status and metrics. When it returns, possibly empty, each replica's next refresh re-asserts the
-//! rooms it holds live; a room placed twice meanwhile goes to the owner with the most live
-//! connections over all replicas.
-//!
-//! The scripts reach keys they are not given as KEYS: a standalone Redis (or a primary with
-//! replicas), not Redis Cluster.
+//! Redis is touched when a room is placed or moved, when the rooms a replica holds change (their
+//! claims, written at the next sync), and once per refresh period per bucket (the heartbeat) plus
+//! one pipeline: never per live room at each refresh, never per request of a room live here, and
+//! never per WebSocket frame (`SCALE.md` has the cost model). When Redis is unreachable, known
+//! rooms keep their owner, new rooms get pure placement (which every replica computes alike), and
+//! the outage shows in logs, status and metrics. When it returns, possibly empty, each replica
+//! re-asserts the rooms it holds live; a room placed twice meanwhile goes to the owner with the
+//! most live connections over all replicas.
 
 mod conn;
 mod fleet;
+mod keys;
 mod moves;
 mod refresh;
 mod scripts;
@@ -38,18 +41,18 @@ mod settings;
 mod status;
 mod wire;
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
-use redis::IntoConnectionInfo;
-use redis::aio::ConnectionManager;
 
+use self::conn::{Client, Conn};
 use self::fleet::Fleet;
+use self::keys::{BUCKETS, Keys};
 use self::scripts::Scripts;
-pub use self::settings::RedisSettings;
+pub use self::settings::{RedisSettings, cluster_seeds};
 use self::status::Calls;
 use super::{
     BoxFuture, DirectoryMetrics, DirectoryStatus, FleetRoom, MemoryDirectory, Placement, Reassigned, ReplicaState,
@@ -58,6 +61,19 @@ use super::{
 use crate::lock::lock;
 use crate::throttle::Throttle;
 
+/// The Redis key of a room's hash (its record and the replicas' claims), under `prefix`: for
+/// tools and tests that look into the directory.
+pub fn redis_room_key(prefix: &str, room: &str) -> String {
+    Keys::new(prefix).room(room)
+}
+
+/// The keys of one of the directory's buckets under `prefix` named `name` (`gen`, `beats`...),
+/// one per bucket: for tools and tests that look into the directory.
+pub fn redis_bucket_keys(prefix: &str, name: &str) -> Vec<String> {
+    let keys = Keys::new(prefix);
+    (0..BUCKETS).map(|b| format!("{}{name}", keys.tag(b))).collect()
+}
+
 /// How often the sync loop looks for Redis while it is away (at most; `refresh / 4` if shorter).
 pub const AWAY_POLL: Duration = Duration::from_millis(100);
 
@@ -65,32 +81,56 @@ pub const AWAY_POLL: Duration = Duration::from_millis(100);
 /// released anyway.
 const RELEASE_AFTER: Duration = Duration::from_secs(70);
 
-/// Live rooms per refresh script call.
+/// Claims written or removed per refresh script call (as many calls as the changes take).
 const BATCH: usize = 500;
 
-/// Rooms no longer held here, removed from `held:{replica}` per refresh script call (as many
-/// calls as needed: a burst of rooms going idle at once takes several).
-const GONE_BATCH: usize = 2000;
+/// A room this replica may have a claim on, as it last wrote it: it is written again only when
+/// one of these changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Written {
+    owner: Arc<str>,
+    version: u64,
+    connections: bool,
+    sockets: bool,
+    /// False: not written by a sync yet (a handshake's placement wrote a claim, or the room got
+    /// its first WebSocket here): the next sync writes it if the room is live, else removes it.
+    synced: bool,
+}
 
-/// Rooms that got their first WebSocket, waiting for the next sync to extend their record: a
-/// burst past this (while Redis is slow or away) leaves the rest with the short TTL, which costs
-/// at worst a re-placement of an idle room (the same owner unless the backend set changed).
-const FIRST_SOCKETS: usize = 10_000;
+/// Moves followed: (room, old owner here, the fleet's owner).
+type Followed = Vec<(String, Arc<str>, Arc<str>)>;
+
+/// What this replica knows of one bucket, from its last heartbeat there.
+#[derive(Clone, Debug, Default)]
+struct BucketSeen {
+    /// The bucket's generation (it changes when Redis lost the bucket's data).
+    generation: String,
+    /// The last owner change of the bucket read from its log.
+    cursor: u64,
+    /// This replica's heartbeat there, as written: if Redis holds another, its claims may be gone.
+    beat: String,
+    /// This replica's claims in the bucket must all be written again (first sync, data loss,
+    /// an outage, a lapsed heartbeat, changes missed from the log).
+    reassert: bool,
+}
 
 /// The shared directory: a local one for this replica's connections, Redis for the fleet.
 pub struct RedisDirectory {
     local: MemoryDirectory,
     settings: RedisSettings,
-    client: redis::Client,
-    conn: ArcSwapOption<ConnectionManager>,
+    keys: Keys,
+    client: Client,
+    conn: ArcSwapOption<Conn>,
     /// Redis answered the last call.
     up: AtomicBool,
     last_error: Mutex<Option<String>>,
-    /// Rooms this replica may have in its `held` hash: published as live, not yet removed.
-    published: Mutex<HashSet<String>>,
-    /// Rooms that got their first WebSocket here: (room, "owner version"), extended at the next
-    /// sync. Bounded by [`FIRST_SOCKETS`].
-    first_sockets: Mutex<Vec<(String, String)>>,
+    /// Rooms this replica may have a claim on, until their removal is confirmed.
+    published: Mutex<HashMap<String, Written>>,
+    /// Moves followed (room, old owner here, the fleet's owner) since the last sync that
+    /// succeeded: its report tells the caller to close their sockets on the old owner.
+    followed: Mutex<Followed>,
+    /// Per bucket, what the last heartbeat there found.
+    buckets: Mutex<Vec<BucketSeen>>,
     /// Outage log lines: the first of an outage, then one a minute (a wrong password fails
     /// every sync).
     outage_log: Throttle,
@@ -116,21 +156,18 @@ impl RedisDirectory {
     /// Nothing is connected yet: the first sync connects, and until then (or while Redis is
     /// away) the replica works on its own.
     pub fn new(settings: RedisSettings, local: MemoryDirectory) -> Result<Arc<RedisDirectory>, redis::RedisError> {
-        let mut info = settings.url.as_str().into_connection_info()?;
-        if let Some(password) = &settings.password {
-            let auth = info.redis_settings().clone().set_password(password);
-            info = info.set_redis_settings(auth);
-        }
-        let client = redis::Client::open(info)?;
+        let client = Client::open(&settings.url, settings.password.as_deref())?;
         Ok(Arc::new(RedisDirectory {
             local,
+            keys: Keys::new(&settings.prefix),
             settings,
             client,
             conn: ArcSwapOption::empty(),
             up: AtomicBool::new(false),
             last_error: Mutex::new(Some("not connected yet".to_owned())),
-            published: Mutex::new(HashSet::new()),
-            first_sockets: Mutex::new(Vec::new()),
+            published: Mutex::new(HashMap::new()),
+            followed: Mutex::new(Vec::new()),
+            buckets: Mutex::new(vec![BucketSeen { reassert: true, ..BucketSeen::default() }; BUCKETS]),
             outage_log: Throttle::new(Duration::from_secs(60)),
             unshared_drains: Mutex::new(Vec::new()),
             fleet: Mutex::new(Fleet::default()),
@@ -147,6 +184,26 @@ impl RedisDirectory {
     pub fn is_up(&self) -> bool {
         self.up.load(Ordering::Relaxed)
     }
+
+    /// Remembers a room for the next sync to write or remove this replica's claim on it.
+    fn unsynced(&self, key: &str, owner: &Arc<str>, version: u64) {
+        lock(&self.published).entry(key.to_owned()).or_insert_with(|| Written {
+            owner: owner.clone(),
+            version,
+            connections: false,
+            sockets: false,
+            synced: false,
+        });
+    }
+
+    /// An invocation of a bucket's script, with the bucket's keys declared first.
+    fn bucket_script<'s>(&self, script: &'s redis::Script, b: usize) -> redis::ScriptInvocation<'s> {
+        let mut inv = script.prepare_invoke();
+        for k in self.keys.bucket_keys(b) {
+            inv.key(k);
+        }
+        inv
+    }
 }
 
 impl RoomDirectory for RedisDirectory {
@@ -161,7 +218,7 @@ impl RoomDirectory for RedisDirectory {
     fn place_if_absent<'a>(&'a self, key: &'a str, candidate: &'a Arc<str>, socket: bool) -> BoxFuture<'a, Placement> {
         Box::pin(async move {
             let start = Instant::now();
-            let room = self.key("room:", key);
+            let b = keys::bucket(key);
             // A full directory writes no new record (the script still reads the recorded owner);
             // a room known here is still written, like any other room this replica records.
             let full = self.local.is_full() && self.local.owner_if(key, false).is_none();
@@ -170,9 +227,10 @@ impl RoomDirectory for RedisDirectory {
             let s = &self.settings;
             let place = async || -> Option<(String, u64, u8, u64)> {
                 self.call(&self.calls.place, async |c| {
-                    let mut inv = self.scripts.place.key(&room);
-                    inv.arg(&**candidate).arg(ttl).arg(&s.prefix).arg(key).arg(&s.replica).arg(lease);
-                    inv.arg(self.rebuild_window_ms()).arg(self.held_ttl_ms()).invoke_async(c).await
+                    let mut inv = self.bucket_script(&self.scripts.place, b);
+                    inv.key(self.keys.room(key)).key(self.keys.moving(key)).key(self.keys.holds(b, &s.replica));
+                    inv.arg(&**candidate).arg(ttl).arg(key).arg(&s.replica).arg(lease);
+                    inv.arg(self.rebuild_window_ms()).arg(self.lease_ms()).invoke_async(c).await
                 })
                 .await
             };
@@ -193,10 +251,10 @@ impl RoomDirectory for RedisDirectory {
                     let owner = if *owner == **candidate { candidate.clone() } else { Arc::from(owner) };
                     let owner = self.local.adopt(key, &owner, version);
                     if socket {
-                        // The claim may now be in `held`: the next sync removes it unless the
-                        // room is live here by then (also past the cap, where the handshake
-                        // may fail before the room is recorded).
-                        lock(&self.published).insert(key.to_owned());
+                        // The claim may now be in Redis: the next sync writes it as the room is
+                        // held here by then, or removes it (also past the cap, where the
+                        // handshake may fail before the room is recorded).
+                        self.unsynced(key, &owner, version);
                     }
                     let live = live == 1 || self.local.owner_if(key, true).is_some();
                     Placement { owner, live, wait: Duration::ZERO }
@@ -208,21 +266,12 @@ impl RoomDirectory for RedisDirectory {
 
     fn reassign<'a>(&'a self, key: &'a str, from: &'a str, to: &'a Arc<str>) -> BoxFuture<'a, Reassigned> {
         Box::pin(async move {
-            let room = self.key("room:", key);
             let (ttl, window) = (self.ttl_ms(), self.rebuild_window_ms());
-            let prefix = &self.settings.prefix;
             let version: Option<i64> = self
                 .call(&self.calls.reassign, async |c| {
-                    self.scripts
-                        .reassign
-                        .key(&room)
-                        .arg(from)
-                        .arg(&**to)
-                        .arg(ttl)
-                        .arg(prefix)
-                        .arg(window)
-                        .invoke_async(c)
-                        .await
+                    let mut inv = self.bucket_script(&self.scripts.reassign, keys::bucket(key));
+                    inv.key(self.keys.room(key)).arg(from).arg(&**to).arg(ttl).arg(window);
+                    inv.arg(key).arg(self.lease_ms()).invoke_async(c).await
                 })
                 .await;
             match version {
@@ -243,9 +292,10 @@ impl RoomDirectory for RedisDirectory {
 
     fn confirm<'a>(&'a self, key: &'a str, owner: &'a Arc<str>) -> BoxFuture<'a, Option<Arc<str>>> {
         Box::pin(async move {
-            let room = self.key("room:", key);
-            let record: Option<String> =
-                self.call(&self.calls.confirm, async |c| redis::cmd("GET").arg(&room).query_async(c).await).await?;
+            let room = self.keys.room(key);
+            let record: Option<String> = self
+                .call(&self.calls.confirm, async |c| redis::cmd("HGET").arg(&room).arg("=").query_async(c).await)
+                .await?;
             let wire::Record { owner: fleet_owner, version } = wire::Record::parse(record.as_deref()?)?;
             if fleet_owner == &**owner {
                 return None;
@@ -277,9 +327,12 @@ impl RoomDirectory for RedisDirectory {
                 pause = (pause * 2).min(Duration::from_millis(50));
             }
             let Some(version) = self.local.version_of(key) else { return };
-            let mut inv = self.scripts.release.prepare_invoke();
-            inv.arg(&self.settings.prefix).arg(&self.settings.replica).arg(key).arg(from).arg(version);
-            // If this fails, the next sync removes the claim, or it expires.
+            let (b, me) = (keys::bucket(key), &self.settings.replica);
+            let mut inv = self.bucket_script(&self.scripts.release, b);
+            inv.key(self.keys.room(key)).key(self.keys.holds(b, me));
+            inv.arg(me).arg(from).arg(version).arg(key).arg(self.ttl_ms()).arg(self.lease_ms());
+            // If this fails, the next sync removes the claim (the room is no longer live here) or
+            // writes the new one (it is).
             let _: Option<u64> = self.call(&self.calls.release, async |c| inv.invoke_async(c).await).await;
         })
     }
@@ -307,10 +360,7 @@ impl RoomDirectory for RedisDirectory {
     fn enter(&self, key: &str, owner: &Arc<str>, kind: Use) -> bool {
         let Some(entered) = self.local.enter_counted(key, owner, kind) else { return false };
         if let Some(version) = entered.first_socket {
-            let mut queue = lock(&self.first_sockets);
-            if queue.len() < FIRST_SOCKETS {
-                queue.push((key.to_owned(), wire::Record { owner, version }.to_string()));
-            }
+            self.unsynced(key, owner, version);
         }
         true
     }
@@ -370,10 +420,7 @@ impl RoomDirectory for RedisDirectory {
 
     fn leave_fleet(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            let mut pipe = redis::pipe();
-            pipe.cmd("DEL").arg(self.key("held:", &self.settings.replica)).ignore();
-            pipe.cmd("HDEL").arg(self.key("replicas", "")).arg(&self.settings.replica).ignore();
-            if self.call(&self.calls.sync, async |c| pipe.query_async::<()>(c).await).await.is_some() {
+            if self.leave_buckets().await {
                 tracing::info!(replica = %self.settings.replica, "left the fleet's directory");
             }
         })

@@ -59,7 +59,7 @@ pub struct DirectoryCalls {
     pub place: u64,
     pub reassign: u64,
     pub refresh: u64,
-    pub extend: u64,
+    pub heartbeat: u64,
     pub release: u64,
     pub confirm: u64,
     pub sync: u64,
@@ -74,7 +74,7 @@ impl DirectoryCalls {
             ("place", self.place),
             ("reassign", self.reassign),
             ("refresh", self.refresh),
-            ("extend", self.extend),
+            ("heartbeat", self.heartbeat),
             ("release", self.release),
             ("confirm", self.confirm),
             ("sync", self.sync),
@@ -149,7 +149,7 @@ mod tests {
                 "error": "timed out", "max_rooms": 10, "over_cap": 2, "fleet_live_rooms": 3,
                 "fleet_split_rooms": 0,
                 "replicas": [{ "replica": "r1", "epoch": 4, "backends": ["a"], "seen_ms_ago": 5 }],
-                "calls": { "place": 1, "reassign": 0, "refresh": 0, "extend": 0, "release": 0,
+                "calls": { "place": 1, "reassign": 0, "refresh": 0, "heartbeat": 0, "release": 0,
                            "confirm": 0, "sync": 0, "read": 0, "errors": 7 },
             })
         );

@@ -71,7 +71,7 @@ mod tests {
             place: 1,
             reassign: 2,
             refresh: 3,
-            extend: 4,
+            heartbeat: 4,
             release: 5,
             confirm: 6,
             sync: 7,
@@ -82,7 +82,7 @@ mod tests {
             DirectoryMetrics { up: false, calls, place_seconds: 0.001234, fleet_live_rooms: 10, fleet_split_rooms: 11 };
         let mut out = String::new();
         encode(&mut out, figures);
-        let calls: String = ["place", "reassign", "refresh", "extend", "release", "confirm", "sync", "read"]
+        let calls: String = ["place", "reassign", "refresh", "heartbeat", "release", "confirm", "sync", "read"]
             .iter()
             .enumerate()
             .map(|(i, op)| format!("roomgate_directory_calls_total{{op=\"{op}\"}} {}\n", i + 1))

@@ -9,6 +9,14 @@ use tokio::process::{Child, Command};
 
 use super::LIMIT;
 
+/// The key prefix the tests' fleets use (the default).
+pub const PREFIX: &str = "roomgate:";
+
+/// The Redis key of a room's hash (record and claims).
+pub fn room_key(room: &str) -> String {
+    roomgate::directory::redis_room_key(PREFIX, room)
+}
+
 pub struct Redis {
     dir: tempfile::TempDir,
     child: Option<Child>,
@@ -88,8 +96,45 @@ impl Redis {
     /// then opens no rebuild window (which it opens when it finds Redis without its data, as after
     /// a restart or on first use), and tests of the directory itself place rooms at once.
     pub async fn mark_in_use(&self) {
-        let _: () =
-            redis::cmd("SET").arg("roomgate:generation").arg("1").query_async(&mut self.conn().await).await.unwrap();
+        let mut conn = self.conn().await;
+        for key in roomgate::directory::redis_bucket_keys(PREFIX, "gen") {
+            let _: () = redis::cmd("SET").arg(key).arg("1").query_async(&mut conn).await.unwrap();
+        }
+    }
+
+    /// The room's record ("owner version"), if it has one.
+    pub async fn record(&self, room: &str) -> Option<String> {
+        redis::cmd("HGET").arg(room_key(room)).arg("=").query_async(&mut self.conn().await).await.unwrap()
+    }
+
+    /// Records the room on another owner, as another replica's move would ("owner version"),
+    /// expiring after `ms` if given.
+    pub async fn set_record(&self, room: &str, record: &str, ms: Option<u64>) {
+        let mut conn = self.conn().await;
+        let _: () = redis::cmd("HSET").arg(room_key(room)).arg("=").arg(record).query_async(&mut conn).await.unwrap();
+        if let Some(ms) = ms {
+            let _: () = redis::cmd("PEXPIRE").arg(room_key(room)).arg(ms).query_async(&mut conn).await.unwrap();
+        }
+    }
+
+    /// Whether `replica` has a claim on the room.
+    pub async fn claimed(&self, replica: &str, room: &str) -> bool {
+        redis::cmd("HEXISTS").arg(room_key(room)).arg(replica).query_async(&mut self.conn().await).await.unwrap()
+    }
+
+    /// How many rooms `replica` has claims on.
+    pub async fn claims_of(&self, replica: &str) -> u64 {
+        let mut conn = self.conn().await;
+        let mut n = 0;
+        for key in roomgate::directory::redis_bucket_keys(PREFIX, &format!("h:{replica}")) {
+            n += redis::cmd("SCARD").arg(key).query_async::<u64>(&mut conn).await.unwrap();
+        }
+        n
+    }
+
+    /// Milliseconds the room's hash has left: -1 while it never expires (live), -2 if absent.
+    pub async fn pttl(&self, room: &str) -> i64 {
+        redis::cmd("PTTL").arg(room_key(room)).query_async(&mut self.conn().await).await.unwrap()
     }
 
     /// Commands the server has processed, from INFO.

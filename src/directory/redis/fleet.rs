@@ -1,8 +1,7 @@
 //! The fleet as the Redis directory sees it: heartbeats, fleet-wide figures, and a room as every
 //! replica holds it.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
+use std::collections::HashMap;
 
 use super::wire::{Beat, Claim, Rebalance, Record};
 use super::{RedisDirectory, lock};
@@ -30,24 +29,19 @@ impl RedisDirectory {
         let refresh_ms = self.settings.refresh.as_millis() as u64;
         let beat = Beat { epoch: me.epoch, seen_ms: now, backends: me.backends.iter().map(|b| &**b).collect() };
         let beat = beat.to_string();
-        let replicas_key = self.key("replicas", "");
+        // The fleet's keys share one hash tag: one pipeline, one node of a cluster.
+        let replicas_key = self.keys.fleet("replicas");
         let mut pipe = redis::pipe();
         pipe.cmd("HSET").arg(&replicas_key).arg(&self.settings.replica).arg(&beat).ignore();
         pipe.cmd("HGETALL").arg(&replicas_key);
-        pipe.cmd("HGETALL").arg(self.key("drains", ""));
-        pipe.cmd("HGETALL").arg(self.key("drain-handoffs", ""));
-        pipe.cmd("GET").arg(self.key("rebalance", ""));
-        pipe.cmd("GET").arg(self.key("splits", ""));
-        // Redis may have lost its data: the rebuild window starts (or goes on). The refresh
-        // before this re-asserted this replica's rooms (its script starts the window too).
-        pipe.cmd("EVAL").arg(&self.scripts.rebuild).arg(0).arg(&self.settings.prefix).arg(self.rebuild_window_ms());
-        type Reply =
-            (HashMap<String, String>, HashMap<String, u64>, HashMap<String, u64>, Option<String>, Option<u64>, u64);
-        let (beats, drains, handoffs, rebalance, splits, rebuilding): Reply =
+        pipe.cmd("HGETALL").arg(self.keys.fleet("drains"));
+        pipe.cmd("HGETALL").arg(self.keys.fleet("drain-handoffs"));
+        pipe.cmd("GET").arg(self.keys.fleet("rebalance"));
+        type Reply = (HashMap<String, String>, HashMap<String, u64>, HashMap<String, u64>, Option<String>);
+        let (beats, drains, handoffs, rebalance): Reply =
             self.call(&self.calls.sync, async |c| pipe.query_async(c).await).await?;
-        *lock(&self.rebuilding_until) =
-            (rebuilding > 0).then(|| std::time::Instant::now() + std::time::Duration::from_millis(rebuilding));
-        // Replicas gone for good leave the heartbeat hash (their `held` hashes have expired).
+        // Replicas gone for good leave the heartbeat hash (the buckets' heartbeats remove their
+        // claims).
         let dead: Vec<&String> = beats
             .iter()
             .filter(|(_, beat)| Beat::parse(beat).is_none_or(|b| b.age(now) > self.ttl_ms().max(10 * refresh_ms)))
@@ -58,7 +52,6 @@ impl RedisDirectory {
             cmd.arg(&replicas_key).arg(&dead);
             self.call(&self.calls.sync, async |c| cmd.query_async::<i64>(c).await).await?;
         }
-        let live_rooms = self.fleet_live_rooms(&beats).await;
         let mut replicas: Vec<ReplicaSeen> = beats
             .iter()
             .filter_map(|(replica, beat)| {
@@ -73,45 +66,21 @@ impl RedisDirectory {
             })
             .collect();
         replicas.sort_by(|a, b| a.replica.cmp(&b.replica));
-        let mut fleet = lock(&self.fleet);
-        *fleet = Fleet { live_rooms: live_rooms.unwrap_or(fleet.live_rooms), splits: splits.unwrap_or(0), replicas };
+        lock(&self.fleet).replicas = replicas;
         let rebalance = rebalance.as_deref().and_then(Rebalance::parse).map(|r| (r.at_ms, r.max_moves));
         Some((drains, handoffs, rebalance))
     }
 
-    /// Distinct rooms held live by any replica, counted every tenth sync (the union of the
-    /// replicas' `held` hashes is read whole).
-    async fn fleet_live_rooms(&self, beats: &HashMap<String, String>) -> Option<u64> {
-        if !self.calls.heartbeats.fetch_add(1, Ordering::Relaxed).is_multiple_of(10) {
-            return None;
-        }
-        let mut pipe = redis::pipe();
-        for replica in beats.keys() {
-            pipe.cmd("HKEYS").arg(self.key("held:", replica));
-        }
-        let all: Vec<Vec<String>> = self.call(&self.calls.read, async |c| pipe.query_async(c).await).await?;
-        let rooms: HashSet<&String> = all.iter().flatten().collect();
-        Some(rooms.len() as u64)
-    }
-
     pub(super) async fn read_fleet_room(&self, key: &str) -> Option<FleetRoom> {
-        let replicas_key = self.key("replicas", "");
-        let names: Vec<String> =
-            self.call(&self.calls.read, async |c| redis::cmd("HKEYS").arg(&replicas_key).query_async(c).await).await?;
-        let mut pipe = redis::pipe();
-        pipe.cmd("GET").arg(self.key("room:", key));
-        for name in &names {
-            pipe.cmd("HGET").arg(self.key("held:", name)).arg(key);
-        }
-        let mut answers: Vec<Option<String>> = self.call(&self.calls.read, async |c| pipe.query_async(c).await).await?;
-        let record = answers.remove(0);
+        let room = self.keys.room(key);
+        let fields: HashMap<String, String> =
+            self.call(&self.calls.read, async |c| redis::cmd("HGETALL").arg(&room).query_async(c).await).await?;
         let (owner, version) =
-            record.as_deref().and_then(Record::parse).map(|r| (r.owner.to_owned(), r.version)).unzip();
-        let replicas = names
-            .into_iter()
-            .zip(answers)
+            fields.get("=").and_then(|r| Record::parse(r)).map(|r| (r.owner.to_owned(), r.version)).unzip();
+        let replicas = fields
+            .iter()
             .filter_map(|(replica, held)| {
-                let c = Claim::parse(held.as_deref()?)?;
+                let c = Claim::parse(held)?;
                 let claim = FleetClaim {
                     backend: c.owner.to_owned(),
                     version: c.version,
@@ -119,7 +88,7 @@ impl RedisDirectory {
                     sockets: c.sockets,
                     until_ms: c.until_ms,
                 };
-                Some((replica, claim))
+                Some((replica.clone(), claim))
             })
             .collect();
         Some(FleetRoom { owner, version, replicas })

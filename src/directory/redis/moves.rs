@@ -1,9 +1,10 @@
-//! Hand-offs across the fleet, through the shared directory. `{prefix}moving:{room}` is the lease
-//! of the replica handing the room off: one replica runs a given move (`SET NX`), and `PLACE`
-//! makes every replica's joins of the room wait while it lasts. The move's begin and end are
-//! published on `{prefix}moves`: the other replicas pause their sockets of the room on the old
-//! owner and hold its joins, and acknowledge in `{prefix}acks:{room}`; the mover exports once
-//! every replica with a claim on the room there has acknowledged.
+//! Hand-offs across the fleet, through the shared directory. The room's `moving:` key (in its
+//! bucket, `keys.rs`) is the lease of the replica handing the room off: one replica runs a given
+//! move (`SET NX`), and `PLACE` makes every replica's joins of the room wait while it lasts. The
+//! move's begin and end are published on the fleet's `moves` channel: the other replicas pause
+//! their sockets of the room on the old owner and hold its joins, and acknowledge in the room's
+//! `acks:` set; the mover exports once every replica with a claim on the room there has
+//! acknowledged.
 
 use std::time::Duration;
 
@@ -17,10 +18,10 @@ use crate::directory::FleetMove;
 /// another replica holds the lease (0), or the room's record names another owner than the one
 /// the move is from (-1): the room has moved already, and a replica that acts on a view not yet
 /// caught up with that move must not export it from its old owner again. 1: taken.
-/// KEYS[1]: the lease, KEYS[2]: the room's record; ARGV: replica, lease ms, the channel, the
+/// KEYS[1]: the lease, KEYS[2]: the room's hash; ARGV: replica, lease ms, the channel, the
 /// begin message, the owner the move is from.
 pub(super) const BEGIN_MOVE_BODY: &str = r"
-local o = record(redis.call('GET', KEYS[2]))
+local o = record(redis.call('HGET', KEYS[2], '='))
 if o and o ~= ARGV[5] then return -1 end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
 redis.call('PUBLISH', ARGV[3], ARGV[4])
@@ -37,18 +38,15 @@ end
 return 0
 ";
 
-/// How many other replicas hold an unexpired claim on the room's old owner and have not
-/// acknowledged the move yet. ARGV: prefix, this replica, room, old owner.
+/// How many other replicas hold a claim that counts on the room's old owner and have not
+/// acknowledged the move yet. KEYS[8]: the room's hash, KEYS[9]: its acks; ARGV: this replica,
+/// old owner, claim lease ms.
 pub(super) const UNACKED_BODY: &str = r"
-local p, me, room, from = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local now = now_ms()
+local _, live = room_state(KEYS[8], now_ms(), tonumber(ARGV[3]))
 local missing = 0
-for _, rep in ipairs(redis.call('HKEYS', p .. 'replicas')) do
-  if rep ~= me then
-    local o, v, c, u = claim(redis.call('HGET', p .. 'held:' .. rep, room))
-    if o == from and u > now and redis.call('SISMEMBER', p .. 'acks:' .. room, rep) == 0 then
-      missing = missing + 1
-    end
+for _, x in ipairs(live) do
+  if x[1] ~= ARGV[1] and x[2] == ARGV[2] and redis.call('SISMEMBER', KEYS[9], x[1]) == 0 then
+    missing = missing + 1
   end
 end
 return missing
@@ -65,9 +63,9 @@ impl RedisDirectory {
     pub(super) async fn take_move_lease(&self, key: &str, from: &str, lease: Duration) -> bool {
         let ms = lease.as_millis().max(1) as u64;
         let begin = format!("begin\t{}\t{ms}\t{from}\t{key}", self.settings.replica);
-        let mut inv = self.scripts.begin_move.key(self.key("moving:", key));
-        inv.key(self.key("room:", key)).arg(&self.settings.replica).arg(ms);
-        inv.arg(self.key("moves", "")).arg(&begin).arg(from);
+        let mut inv = self.scripts.begin_move.key(self.keys.moving(key));
+        inv.key(self.keys.room(key)).arg(&self.settings.replica).arg(ms);
+        inv.arg(self.keys.fleet("moves")).arg(&begin).arg(from);
         let taken: Option<i64> = self.call(&self.calls.reassign, async |c| inv.invoke_async(c).await).await;
         match taken {
             Some(1) | None => true,
@@ -83,8 +81,9 @@ impl RedisDirectory {
     pub(super) async fn wait_acks(&self, key: &str, from: &str) {
         let mut pause = Duration::from_millis(2);
         loop {
-            let mut inv = self.scripts.unacked.prepare_invoke();
-            inv.arg(&self.settings.prefix).arg(&self.settings.replica).arg(key).arg(from);
+            let mut inv = self.bucket_script(&self.scripts.unacked, super::keys::bucket(key));
+            inv.key(self.keys.room(key)).key(self.keys.acks(key));
+            inv.arg(&self.settings.replica).arg(from).arg(self.lease_ms());
             let missing: Option<i64> = self.call(&self.calls.reassign, async |c| inv.invoke_async(c).await).await;
             // Redis away: nobody can be asked; the lease and the claims still hold the joins.
             if missing.is_none_or(|n| n == 0) {
@@ -96,9 +95,9 @@ impl RedisDirectory {
     }
 
     pub(super) async fn drop_move_lease(&self, key: &str, from: &str, moved: bool) {
-        let (name, acks) = (self.key("moving:", key), self.key("acks:", key));
+        let (name, acks) = (self.keys.moving(key), self.keys.acks(key));
         let end = format!("end\t{}\t{}\t{from}\t{key}", self.settings.replica, u8::from(moved));
-        let channel = self.key("moves", "");
+        let channel = self.keys.fleet("moves");
         let mut inv = self.scripts.end_move.key(&name);
         inv.key(&acks).arg(&self.settings.replica);
         // If this fails, the lease passes by itself, and so do the other replicas' pauses.
@@ -111,7 +110,7 @@ impl RedisDirectory {
     }
 
     pub(super) async fn ack(&self, key: &str) {
-        let acks = self.key("acks:", key);
+        let acks = self.keys.acks(key);
         let ttl = self.settings.refresh.as_millis().max(1000) as u64 * 10;
         let _: Option<i64> = self
             .call(&self.calls.reassign, async |c| {
@@ -130,22 +129,26 @@ impl RedisDirectory {
         }
         *started = true;
         let (tx, rx) = mpsc::channel(QUEUE);
-        let (client, channel) = (self.client.clone(), self.key("moves", ""));
+        let (clients, channel) = (self.client.for_subscription(), self.keys.fleet("moves"));
         let (me, timeout) = (self.settings.replica.clone(), self.settings.timeout);
-        tokio::spawn(subscriber(client, channel, me, timeout, tx));
+        tokio::spawn(subscriber(clients, channel, me, timeout, tx));
         Some(rx)
     }
 }
 
-/// Follows `channel` until `tx` closes, reconnecting after a failure.
+/// Follows `channel` until `tx` closes, reconnecting after a failure (to the next of `clients`:
+/// a cluster's seed nodes, any of which hears what is published on every node).
 async fn subscriber(
-    client: redis::Client,
+    clients: Vec<redis::Client>,
     channel: String,
     me: String,
     timeout: Duration,
     tx: mpsc::Sender<FleetMove>,
 ) {
-    while !tx.is_closed() {
+    for client in clients.iter().cycle() {
+        if tx.is_closed() {
+            return;
+        }
         if let Ok(Ok(mut pubsub)) = tokio::time::timeout(timeout * 4, client.get_async_pubsub()).await
             && pubsub.subscribe(&channel).await.is_ok()
         {

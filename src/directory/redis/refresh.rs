@@ -1,16 +1,17 @@
 //! One sync of the shared directory, and what a replica publishes at each: drains changed while
-//! Redis was away, its live rooms (re-asserted with the full TTL and recorded in
-//! `held:{replica}`), the removal of those no longer live, and the full TTL for rooms that got
-//! their first WebSocket since the last sync.
+//! Redis was away, its heartbeat in every bucket (reading the owner changes it must follow), the
+//! claims that changed since the last sync, and the removal of those no longer held.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::keys::{self, BUCKETS};
 use super::wire::Record;
-use super::{BATCH, GONE_BATCH, RedisDirectory, ReplicaState, SharedDrain, SyncReport, lock};
+use super::{BATCH, RedisDirectory, ReplicaState, SharedDrain, SyncReport, Written, lock};
 
 impl RedisDirectory {
-    /// One sync: reconnect if needed, replay drains, refresh live rooms, heartbeat, read drains.
+    /// One sync: reconnect if needed, replay drains, heartbeat in every bucket, write changed
+    /// claims, heartbeat in the fleet and read drains.
     pub(super) async fn sync_once(&self, me: &ReplicaState) -> Option<SyncReport> {
         let mut conn = self.connection().await?;
         // A trivial call decides whether Redis is back before anything is written.
@@ -23,6 +24,11 @@ impl RedisDirectory {
                 self.conn.store(None);
                 return None;
             }
+            // Whatever happened meanwhile (a restart, a failover, this replica's claims lapsed
+            // and removed), every claim is written again.
+            for seen in lock(&self.buckets).iter_mut() {
+                seen.reassert = true;
+            }
             self.recovered();
         }
         let pending = std::mem::take(&mut *lock(&self.unshared_drains));
@@ -32,9 +38,15 @@ impl RedisDirectory {
                 return None;
             }
         }
-        let moved = self.refresh().await?;
-        self.extend_first_sockets().await?;
+        // Moves followed are kept until a sync succeeds: the local record has moved already, and
+        // the caller must close the sockets on the old owner.
+        let beat = self.beat_buckets().await;
+        let published = beat && self.publish().await;
+        if !published {
+            return None;
+        }
         let (drains, handoffs, rebalance) = self.heartbeat(me).await?;
+        let moved = std::mem::take(&mut *lock(&self.followed));
         Some(SyncReport { drains, handoffs, rebalance, moved })
     }
 
@@ -44,7 +56,7 @@ impl RedisDirectory {
         let value = super::wire::Rebalance { at_ms, max_moves }.to_string();
         let ttl = (10 * self.settings.refresh.as_millis() as u64).max(1);
         let mut cmd = redis::cmd("SET");
-        cmd.arg(self.key("rebalance", "")).arg(value).arg("PX").arg(ttl);
+        cmd.arg(self.keys.fleet("rebalance")).arg(value).arg("PX").arg(ttl);
         self.call(&self.calls.sync, async |c| cmd.query_async::<()>(c).await).await.is_some()
     }
 
@@ -52,7 +64,7 @@ impl RedisDirectory {
     /// transaction; `false`: Redis did not take it. A drain without hand-off ends any earlier
     /// request for one: the latest request wins.
     pub(super) async fn write_drain(&self, backend: &str, drain: Option<SharedDrain>) -> bool {
-        let (drains, handoffs) = (self.key("drains", ""), self.key("drain-handoffs", ""));
+        let (drains, handoffs) = (self.keys.fleet("drains"), self.keys.fleet("drain-handoffs"));
         let mut pipe = redis::pipe();
         pipe.atomic();
         match drain {
@@ -66,76 +78,224 @@ impl RedisDirectory {
         self.call(&self.calls.sync, async |c| pipe.query_async::<()>(c).await).await.is_some()
     }
 
-    /// Publishes the rooms held live here and removes from `held:{replica}` those no longer
-    /// held, in as many script calls as either takes. Rooms the fleet records elsewhere are moved
-    /// here (the local record) and returned as (room, local owner, fleet owner), for their
-    /// sockets to be closed.
-    pub(super) async fn refresh(&self) -> Option<Vec<(String, Arc<str>, Arc<str>)>> {
-        let live = self.local.live_entries();
-        let now_live: HashSet<&str> = live.iter().map(|e| e.key.as_str()).collect();
-        // A room whose connections on an old owner are still closing after a move (or whose
-        // handshakes are still on their way there) keeps its claim on that owner, renewed, until
-        // they have ended (`release`): it is not "gone" yet.
-        let (closing, gone): (Vec<String>, Vec<String>) = lock(&self.published)
-            .iter()
-            .filter(|r| !now_live.contains(r.as_str()))
-            .cloned()
-            .partition(|r| self.local.moving(r) > 0);
-        let mut moves = Vec::new();
-        let ttl = self.ttl_ms().to_string();
-        let held_ttl = self.held_ttl_ms().to_string();
-        let (lease, window) = (self.lease_ms().to_string(), self.rebuild_window_ms().to_string());
-        let calls = live.len().div_ceil(BATCH).max(gone.len().div_ceil(GONE_BATCH)).max(closing.len().div_ceil(BATCH));
-        for call in 0..calls {
-            let chunk = slice(&live, call, BATCH);
-            let closing_chunk = slice(&closing, call, BATCH);
-            let gone_chunk = slice(&gone, call, GONE_BATCH);
-            let mut inv = self.scripts.refresh.prepare_invoke();
-            inv.arg(&self.settings.prefix).arg(&self.settings.replica).arg(&ttl).arg(&held_ttl);
-            inv.arg(&lease).arg(&window).arg(chunk.len()).arg(closing_chunk.len());
-            for e in chunk {
-                inv.arg(&e.key).arg(&*e.owner).arg(e.version).arg(e.connections).arg(e.sockets);
+    /// The heartbeat in every bucket (one script each, all at once): the claims of this replica
+    /// keep counting. Marks the buckets whose claims must all be written again, and follows the
+    /// owner changes logged there since the last sync. The rebuild window and fleet figures are
+    /// kept for the status. False: a bucket did not answer (the sync failed).
+    async fn beat_buckets(&self) -> bool {
+        let s = &self.settings;
+        let (window, lease, dead, ttl) =
+            (self.rebuild_window_ms(), self.lease_ms(), self.dead_after_ms(), self.ttl_ms());
+        let cursors: Vec<u64> = lock(&self.buckets).iter().map(|b| b.cursor).collect();
+        let beats = (0..BUCKETS).map(|b| {
+            let mut inv = self.bucket_script(&self.scripts.heartbeat, b);
+            let tag = self.keys.tag(b);
+            inv.arg(&s.replica).arg(window).arg(lease).arg(dead).arg(cursors[b]);
+            inv.arg(format!("{tag}h:")).arg(format!("{tag}r:")).arg(ttl);
+            async move { self.call(&self.calls.heartbeat, async |c| inv.invoke_async::<Vec<String>>(c).await).await }
+        });
+        let answers = futures_util::future::join_all(beats).await;
+        let (mut rebuilding, mut live_rooms, mut splits) = (0u64, 0u64, 0u64);
+        let mut buckets = lock(&self.buckets);
+        // Every bucket that answered is taken in, even if another did not.
+        let mut all = true;
+        for (seen, answer) in buckets.iter_mut().zip(&answers) {
+            let Some(answer) = answer.as_deref().and_then(Beat::parse) else {
+                all = false;
+                continue;
+            };
+            if answer.generation != seen.generation
+                || answer.gap
+                || answer.previous != seen.beat
+                || answer.now.saturating_sub(answer.previous.parse().unwrap_or(0)) >= lease
+            {
+                seen.reassert = true;
             }
-            inv.arg(closing_chunk);
-            inv.arg(gone_chunk);
-            // Whether or not this call gets through, its live rooms may now be in `held`: they
-            // are remembered, to be removed once they are idle. Gone rooms are forgotten only
-            // once their removal is confirmed.
-            lock(&self.published).extend(chunk.iter().map(|e| e.key.clone()));
-            let answers: Vec<String> = self.call(&self.calls.refresh, async |c| inv.invoke_async(c).await).await?;
-            let mut published = lock(&self.published);
-            for room in gone_chunk {
-                published.remove(room);
-            }
-            drop(published);
-            for (e, answer) in chunk.iter().zip(answers) {
-                let Some(Record { owner, version }) = Record::parse(&answer) else { continue };
-                let to: Arc<str> = Arc::from(owner);
-                if to == e.owner {
-                    self.local.set_version(&e.key, &e.owner, version);
-                } else if self.local.move_to(&e.key, &e.owner, &to, Some(version)) {
-                    moves.push((e.key.clone(), e.owner.clone(), to));
+            seen.generation = answer.generation.to_owned();
+            seen.beat = answer.now.to_string();
+            seen.cursor = answer.seq;
+            rebuilding = rebuilding.max(answer.rebuild_ms);
+            live_rooms += answer.live;
+            splits += answer.splits;
+            // Oldest first, so that a later change of a room wins.
+            for change in answer.changes.iter().rev() {
+                if let Some(m) = self.follow(change) {
+                    lock(&self.followed).push(m);
                 }
             }
         }
-        Some(moves)
+        drop(buckets);
+        *lock(&self.rebuilding_until) = (rebuilding > 0)
+            .then(|| std::time::Instant::now() + std::time::Duration::from_millis(rebuilding));
+        let mut fleet = lock(&self.fleet);
+        fleet.live_rooms = live_rooms;
+        fleet.splits = splits;
+        all
     }
 
-    /// Gives the full TTL to the records of rooms that got their first WebSocket since the last
-    /// sync (one script call for all of them). If the call fails they are dropped: the outage
-    /// is being handled, and their records, if still there, keep the short TTL.
-    pub(super) async fn extend_first_sockets(&self) -> Option<()> {
-        let rooms = std::mem::take(&mut *lock(&self.first_sockets));
-        if rooms.is_empty() {
-            return Some(());
+    /// Follows a logged owner change of a room known here at an earlier version: returns the
+    /// move, for its sockets on the old owner to be closed.
+    fn follow(&self, change: &str) -> Option<(String, Arc<str>, Arc<str>)> {
+        let mut parts = change.splitn(4, ' ');
+        let (_n, owner, version, room) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let version: u64 = version.parse().ok()?;
+        let here = self.local.owner_if(room, false)?;
+        if self.local.version_of(room)? >= version || *here == *owner {
+            return None;
         }
-        let mut inv = self.scripts.extend.prepare_invoke();
-        inv.arg(&self.settings.prefix).arg(self.ttl_ms());
-        for (room, record) in &rooms {
-            inv.arg(room).arg(record);
+        let to: Arc<str> = Arc::from(owner);
+        self.local.move_to(room, &here, &to, Some(version)).then(|| (room.to_owned(), here, to))
+    }
+
+    /// Writes the claims that changed since the last sync (all of them in the buckets marked for
+    /// it) and removes those of rooms no longer held here, in as many script calls per bucket as
+    /// they take. Rooms the fleet records elsewhere are moved here (the local record) and returned
+    /// in `followed`, for their sockets to be closed. False: a call failed.
+    pub(super) async fn publish(&self) -> bool {
+        let live = self.local.live_entries();
+        let reassert: Vec<bool> = lock(&self.buckets).iter().map(|b| b.reassert).collect();
+        let mut put: Vec<Vec<(String, Written, u32, u32)>> = vec![Vec::new(); BUCKETS];
+        let mut gone: Vec<Vec<(String, String)>> = vec![Vec::new(); BUCKETS];
+        {
+            let published = lock(&self.published);
+            let mut now_live = HashMap::with_capacity(live.len());
+            for e in live {
+                let b = keys::bucket(&e.key);
+                let w = Written {
+                    owner: e.owner.clone(),
+                    version: e.version,
+                    connections: e.connections > 0,
+                    sockets: e.sockets > 0,
+                    synced: true,
+                };
+                if reassert[b] || published.get(&e.key) != Some(&w) {
+                    put[b].push((e.key.clone(), w, e.connections, e.sockets));
+                }
+                now_live.insert(e.key, ());
+            }
+            // A room whose connections on an old owner are still closing after a move (or whose
+            // handshakes are still on their way there) keeps its claim on that owner until they
+            // have ended (`release`): it is not "gone" yet.
+            for (room, w) in published.iter() {
+                if !now_live.contains_key(room) && self.local.moving(room) == 0 {
+                    let record = Record { owner: &w.owner, version: w.version }.to_string();
+                    gone[keys::bucket(room)].push((room.clone(), record));
+                }
+            }
         }
-        let _extended: u64 = self.call(&self.calls.extend, async |c| inv.invoke_async(c).await).await?;
-        Some(())
+        let mut ok = true;
+        for b in 0..BUCKETS {
+            if !reassert[b] && put[b].is_empty() && gone[b].is_empty() {
+                continue;
+            }
+            if self.publish_bucket(b, &put[b], &gone[b]).await {
+                lock(&self.buckets)[b].reassert = false;
+            } else {
+                ok = false;
+            }
+        }
+        ok
+    }
+
+    /// [`RedisDirectory::publish`] for one bucket.
+    async fn publish_bucket(&self, b: usize, put: &[(String, Written, u32, u32)], gone: &[(String, String)]) -> bool {
+        let me = &self.settings.replica;
+        let (ttl, lease, window) = (self.ttl_ms(), self.lease_ms(), self.rebuild_window_ms());
+        let calls = put.len().div_ceil(BATCH).max(gone.len().div_ceil(BATCH));
+        for call in 0..calls {
+            let (chunk, gone_chunk) = (slice(put, call, BATCH), slice(gone, call, BATCH));
+            let mut inv = self.bucket_script(&self.scripts.refresh, b);
+            inv.key(self.keys.holds(b, me));
+            for (room, ..) in chunk {
+                inv.key(self.keys.room(room));
+            }
+            for (room, _) in gone_chunk {
+                inv.key(self.keys.room(room));
+            }
+            inv.arg(me).arg(ttl).arg(lease).arg(window).arg(chunk.len());
+            for (room, w, connections, sockets) in chunk {
+                inv.arg(room).arg(&*w.owner).arg(w.version).arg(connections).arg(sockets);
+            }
+            for (room, record) in gone_chunk {
+                inv.arg(room).arg(record);
+            }
+            // Whether or not this call gets through, its claims may now be in Redis: they are
+            // remembered (as unknown until confirmed), to be removed once the rooms are idle.
+            // Gone rooms are forgotten only once their removal is confirmed.
+            {
+                let mut published = lock(&self.published);
+                for (room, w, ..) in chunk {
+                    published.entry(room.clone()).or_insert_with(|| Written { synced: false, ..w.clone() });
+                }
+            }
+            let answers: Option<Vec<String>> = self.call(&self.calls.refresh, async |c| inv.invoke_async(c).await).await;
+            let Some(answers) = answers else { return false };
+            let mut published = lock(&self.published);
+            for (room, _) in gone_chunk {
+                // Unless the room got live again meanwhile (then the next sync writes it).
+                if self.local.owner_if(room, true).is_none() {
+                    published.remove(room);
+                }
+            }
+            for ((room, w, ..), answer) in chunk.iter().zip(answers) {
+                published.insert(room.clone(), w.clone());
+                let Some(Record { owner, version }) = Record::parse(&answer) else { continue };
+                let to: Arc<str> = Arc::from(owner);
+                if to == w.owner {
+                    self.local.set_version(room, &w.owner, version);
+                } else if self.local.move_to(room, &w.owner, &to, Some(version)) {
+                    lock(&self.followed).push((room.clone(), w.owner.clone(), to));
+                }
+            }
+        }
+        true
+    }
+
+    /// Removes this replica's claims and heartbeats from every bucket. True if all went.
+    pub(super) async fn leave_buckets(&self) -> bool {
+        let me = &self.settings.replica;
+        let leaves = (0..BUCKETS).map(|b| {
+            let mut inv = self.bucket_script(&self.scripts.leave, b);
+            inv.key(self.keys.holds(b, me)).arg(me).arg(format!("{}r:", self.keys.tag(b)));
+            inv.arg(self.ttl_ms()).arg(self.lease_ms());
+            async move { self.call(&self.calls.sync, async |c| inv.invoke_async::<i64>(c).await).await }
+        });
+        let left = futures_util::future::join_all(leaves).await.iter().all(Option::is_some);
+        let mut cmd = redis::cmd("HDEL");
+        cmd.arg(self.keys.fleet("replicas")).arg(me);
+        left && self.call(&self.calls.sync, async |c| cmd.query_async::<i64>(c).await).await.is_some()
+    }
+}
+
+/// What a bucket's heartbeat answered (`scripts.rs`, HEARTBEAT).
+struct Beat<'a> {
+    generation: &'a str,
+    rebuild_ms: u64,
+    seq: u64,
+    /// Changes since the cursor are no longer all in the log.
+    gap: bool,
+    /// This replica's heartbeat before this one, as Redis had it ("" if none).
+    previous: &'a str,
+    now: u64,
+    live: u64,
+    splits: u64,
+    changes: &'a [String],
+}
+
+impl<'a> Beat<'a> {
+    fn parse(answer: &'a [String]) -> Option<Beat<'a>> {
+        let [generation, rebuild, seq, gap, previous, now, live, splits, changes @ ..] = answer else { return None };
+        Some(Beat {
+            generation,
+            rebuild_ms: rebuild.parse().ok()?,
+            seq: seq.parse().ok()?,
+            gap: gap == "1",
+            previous,
+            now: now.parse().ok()?,
+            live: live.parse().ok()?,
+            splits: splits.parse().ok()?,
+            changes,
+        })
     }
 }
 

@@ -14,12 +14,11 @@ pub(super) struct Calls {
     pub(super) place_micros: AtomicU64,
     pub(super) reassign: AtomicU64,
     pub(super) refresh: AtomicU64,
-    pub(super) extend: AtomicU64,
+    /// One per bucket per sync (`scripts.rs`, HEARTBEAT).
+    pub(super) heartbeat: AtomicU64,
     pub(super) release: AtomicU64,
     pub(super) confirm: AtomicU64,
     pub(super) sync: AtomicU64,
-    /// Heartbeats sent (not a round trip count: paces the fleet-wide room count).
-    pub(super) heartbeats: AtomicU64,
     pub(super) read: AtomicU64,
     pub(super) errors: AtomicU64,
 }
@@ -31,7 +30,7 @@ impl Calls {
             place: n(&self.place),
             reassign: n(&self.reassign),
             refresh: n(&self.refresh),
-            extend: n(&self.extend),
+            heartbeat: n(&self.heartbeat),
             release: n(&self.release),
             confirm: n(&self.confirm),
             sync: n(&self.sync),
