@@ -13,7 +13,9 @@
 //! ```
 //!
 //! Needs `redis-server` (apt-get install redis-server), or `--redis URL` for one already running
-//! (its counters are read as a whole: give it nothing else to do).
+//! (its counters are read as a whole: give it nothing else to do). `--cluster` runs the same
+//! fleet on a private Redis Cluster of three primaries (`redis-cli` from the same package), and
+//! sums the counters of the three.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -21,12 +23,18 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use roomgate::directory::{MemoryDirectory, RedisDirectory, RedisSettings, ReplicaState, RoomDirectory, Use};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::Mutex;
 
+#[path = "../tests/common/redis_cluster.rs"]
+#[allow(dead_code)]
+mod redis_cluster;
+
 const USAGE: &str = "usage: cargo bench --bench directory-cost -- [--rooms 10000] [--replicas 2] [--holders 1]
-        [--backends 10] [--churn 0] [--moves 0] [--refresh 2s] [--duration 20s] [--redis URL] [--seed 1]
+        [--backends 10] [--churn 0] [--moves 0] [--refresh 2s] [--duration 20s] [--redis URL | --cluster]
+        [--seed 1]
   --churn F   rooms changing per second, as a fraction of --rooms (0.01: 1% a second)
   --moves F   rooms moving to another backend per second, as a fraction of --rooms";
 
@@ -40,6 +48,7 @@ struct Options {
     refresh: Duration,
     duration: Duration,
     redis: Option<String>,
+    cluster: bool,
     seed: u64,
 }
 
@@ -65,6 +74,7 @@ fn options() -> Result<Options, String> {
         refresh: Duration::from_secs(2),
         duration: Duration::from_secs(20),
         redis: None,
+        cluster: false,
         seed: 1,
     };
     // `cargo bench` passes `--bench`; anything else is ours.
@@ -84,6 +94,7 @@ fn options() -> Result<Options, String> {
             "--refresh" => o.refresh = duration(&value()?)?,
             "--duration" => o.duration = duration(&value()?)?,
             "--redis" => o.redis = Some(value()?),
+            "--cluster" => o.cluster = true,
             "--seed" => o.seed = count(value()?)? as u64,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
@@ -141,13 +152,19 @@ async fn private_redis() -> PrivateRedis {
     PrivateRedis { url: format!("redis+unix://{}", socket.display()), _dir: dir, _child: child }
 }
 
-/// Redis's own counters: commands processed, bytes in, bytes out.
-async fn counters(conn: &mut redis::aio::MultiplexedConnection) -> (u64, u64, u64) {
-    let info: String = redis::cmd("INFO").arg("stats").query_async(conn).await.unwrap();
-    let field = |name: &str| -> u64 {
-        info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
-    };
-    (field("total_commands_processed:"), field("total_net_input_bytes:"), field("total_net_output_bytes:"))
+/// Redis's own counters, summed over every node: commands processed, bytes in, bytes out.
+async fn counters(conns: &mut [redis::aio::MultiplexedConnection]) -> (u64, u64, u64) {
+    let mut sum = (0, 0, 0);
+    for conn in conns {
+        let info: String = redis::cmd("INFO").arg("stats").query_async(conn).await.unwrap();
+        let field = |name: &str| -> u64 {
+            info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+        };
+        sum.0 += field("total_commands_processed:");
+        sum.1 += field("total_net_input_bytes:");
+        sum.2 += field("total_net_output_bytes:");
+    }
+    sum
 }
 
 /// One replica's directory and what it holds: room index -> its owner.
@@ -194,16 +211,38 @@ async fn main() {
             std::process::exit(64);
         }
     };
-    let private = match &o.redis {
-        Some(_) => None,
-        None => Some(private_redis().await),
+    let cluster = if o.cluster { Some(redis_cluster::RedisCluster::start(0).await) } else { None };
+    let private = match (&o.redis, &cluster) {
+        (None, None) => Some(private_redis().await),
+        _ => None,
     };
-    let url = o.redis.clone().unwrap_or_else(|| private.as_ref().unwrap().url.clone());
-    let client = redis::Client::open(url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let url = match (&o.redis, &cluster) {
+        (Some(url), _) => url.clone(),
+        (None, Some(c)) => c.url(),
+        (None, None) => private.as_ref().unwrap().url.clone(),
+    };
+    // A connection to each node, for its counters.
+    let mut conn = Vec::new();
+    match &cluster {
+        Some(c) => {
+            for port in c.ports() {
+                conn.push(redis_cluster::RedisCluster::conn(port).await.unwrap());
+            }
+        }
+        None => conn.push(redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap()),
+    }
     // A Redis the fleet has used already: no rebuild window holds the set-up's placements.
-    for key in roomgate::directory::redis_bucket_keys("roomgate:", "gen") {
-        let _: () = redis::cmd("SET").arg(key).arg("1").query_async(&mut conn).await.unwrap();
+    {
+        let mut writer: Box<dyn redis::aio::ConnectionLike + Send> = match &cluster {
+            Some(_) => {
+                let seeds = roomgate::directory::cluster_seeds(&url).unwrap().unwrap();
+                Box::new(redis::cluster::ClusterClient::new(seeds).unwrap().get_async_connection().await.unwrap())
+            }
+            None => Box::new(conn[0].clone()),
+        };
+        for key in roomgate::directory::redis_bucket_keys("roomgate:", "gen") {
+            let _: () = redis::cmd("SET").arg(key).arg("1").query_async(&mut writer).await.unwrap();
+        }
     }
     let backends: Vec<Arc<str>> = (0..o.backends).map(|b| Arc::from(format!("b{b}"))).collect();
     let me = Arc::new(ReplicaState { epoch: 1, backends: backends.clone() });
@@ -227,13 +266,16 @@ async fn main() {
         assert!(r.dir.sync(&me).await.is_some(), "Redis reachable at {url}");
     }
 
-    // The fleet: room i held by replicas i, i+1, ... (`holders` of them).
+    // The fleet: room i held by replicas i, i+1, ... (`holders` of them), 64 placements at a time.
     let setup = Instant::now();
-    for i in 0..o.rooms {
-        for h in 0..o.holders {
-            join(&replicas[(i + h) % o.replicas], i, &backends).await;
-        }
-    }
+    futures_util::stream::iter((0..o.rooms).flat_map(|i| (0..o.holders).map(move |h| (i, h))))
+        .for_each_concurrent(64, |(i, h)| {
+            let (replicas, backends) = (&replicas, &backends);
+            async move {
+                join(&replicas[(i + h) % o.replicas], i, backends).await;
+            }
+        })
+        .await;
     for r in &replicas {
         r.dir.sync(&me).await.unwrap();
     }
@@ -318,7 +360,8 @@ async fn main() {
     latencies.sort();
     let per_sec = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / window;
     println!(
-        "| {} | {} | {} | {:.2}% | {:.2}% | {:?} | {:.0} | {:.0} | {:.0} | {} | {:?} | {:?} |",
+        "| {} | {} | {} | {} | {:.2}% | {:.2}% | {:?} | {:.0} | {:.0} | {:.0} | {} | {:?} | {:?} |",
+        if o.cluster { "cluster (3 primaries)" } else { "one Redis" },
         o.rooms,
         o.replicas,
         o.holders,
@@ -333,7 +376,7 @@ async fn main() {
         pct(&latencies, 0.99),
     );
     eprintln!(
-        "window {window:.1} s: {changes} room changes, {moves} moves, {sync_count} syncs; columns: rooms | replicas | \
+        "window {window:.1} s: {changes} room changes, {moves} moves, {sync_count} syncs; columns: store | rooms | replicas | \
          holders | churn/s | moves/s | refresh | Redis commands/s | KiB/s in | KiB/s out | syncs | place p50 | place p99"
     );
 }

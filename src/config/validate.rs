@@ -219,7 +219,9 @@ impl Validator<'_> {
             }
         }
         if d.prefix.contains(['{', '}']) {
-            return Err(self.err(&d.backend, "directory.prefix: no '{' or '}' (roomgate adds hash tags of its own)".into()));
+            return Err(
+                self.err(&d.backend, "directory.prefix: no '{' or '}' (roomgate adds hash tags of its own)".into())
+            );
         }
         let refresh = d.refresh.get_ref().0;
         if refresh < Duration::from_millis(100) {
@@ -239,7 +241,12 @@ impl Validator<'_> {
             {
                 Some(id.get_ref().clone())
             }
-            Some(id) => return Err(self.err(id, "directory.replica_id: expected visible ASCII, no spaces, not starting with '=' or '!'".into())),
+            Some(id) => {
+                return Err(self.err(
+                    id,
+                    "directory.replica_id: expected visible ASCII, no spaces, not starting with '=' or '!'".into(),
+                ));
+            }
             None => None,
         };
         let password = match &d.password_file {

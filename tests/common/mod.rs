@@ -9,6 +9,7 @@ pub mod judge;
 pub mod pinned;
 pub mod raw;
 pub mod rawhttp;
+pub mod redis_cluster;
 pub mod redis_server;
 pub mod require;
 pub mod rooms;

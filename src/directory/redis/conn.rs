@@ -39,7 +39,12 @@ impl Client {
             Some(Ok(seeds)) => {
                 let infos = seeds.iter().map(|s| with_password(s)).collect::<redis::RedisResult<Vec<_>>>()?;
                 let plain = infos.iter().cloned().map(redis::Client::open).collect::<redis::RedisResult<Vec<_>>>()?;
-                Ok(Client::Cluster(Box::new((redis::cluster::ClusterClient::new(infos)?, plain))))
+                // A call is bounded by `timeout` anyway: a few quick retries (a redirection, a
+                // slot map refreshed after a failover) rather than the default back-off of
+                // seconds, which would outlast every call.
+                let cluster =
+                    redis::cluster::ClusterClientBuilder::new(infos).retries(3).min_retry_wait(5).max_retry_wait(50);
+                Ok(Client::Cluster(Box::new((cluster.build()?, plain))))
             }
         }
     }
@@ -101,6 +106,11 @@ impl RedisDirectory {
 
     /// The connection, connecting first if there is none (bounded by the timeout).
     pub(super) async fn connection(&self) -> Option<Conn> {
+        // A cluster's connection is made anew after a failure: its slot map may name a primary
+        // that failed over (one Redis's connection manager reconnects by itself).
+        if !self.is_up() && matches!(self.client, Client::Cluster(_)) {
+            self.conn.store(None);
+        }
         if let Some(c) = self.conn.load_full() {
             return Some((*c).clone());
         }

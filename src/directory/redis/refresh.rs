@@ -14,10 +14,13 @@ impl RedisDirectory {
     /// claims, heartbeat in the fleet and read drains.
     pub(super) async fn sync_once(&self, me: &ReplicaState) -> Option<SyncReport> {
         let mut conn = self.connection().await?;
-        // A trivial call decides whether Redis is back before anything is written.
+        // A trivial call decides whether Redis is back before anything is written: one on a key,
+        // which a cluster routes to a node serving its slot (a PING goes to any node it knows,
+        // a failed one included).
         if !self.is_up() {
-            let ping = redis::cmd("PING");
-            let answer = tokio::time::timeout(self.settings.timeout, ping.query_async::<String>(&mut conn)).await;
+            let mut probe = redis::cmd("EXISTS");
+            probe.arg(self.keys.fleet("replicas"));
+            let answer = tokio::time::timeout(self.settings.timeout, probe.query_async::<i64>(&mut conn)).await;
             if self.settled(answer).is_none() {
                 // A fresh connection next time, rather than one in the middle of its own
                 // reconnect back-off.
@@ -125,8 +128,8 @@ impl RedisDirectory {
             }
         }
         drop(buckets);
-        *lock(&self.rebuilding_until) = (rebuilding > 0)
-            .then(|| std::time::Instant::now() + std::time::Duration::from_millis(rebuilding));
+        *lock(&self.rebuilding_until) =
+            (rebuilding > 0).then(|| std::time::Instant::now() + std::time::Duration::from_millis(rebuilding));
         let mut fleet = lock(&self.fleet);
         fleet.live_rooms = live_rooms;
         fleet.splits = splits;
@@ -228,7 +231,8 @@ impl RedisDirectory {
                     published.entry(room.clone()).or_insert_with(|| Written { synced: false, ..w.clone() });
                 }
             }
-            let answers: Option<Vec<String>> = self.call(&self.calls.refresh, async |c| inv.invoke_async(c).await).await;
+            let answers: Option<Vec<String>> =
+                self.call(&self.calls.refresh, async |c| inv.invoke_async(c).await).await;
             let Some(answers) = answers else { return false };
             let mut published = lock(&self.published);
             for (room, _) in gone_chunk {

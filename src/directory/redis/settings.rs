@@ -62,7 +62,8 @@ pub fn cluster_seeds(url: &str) -> Option<Result<Vec<String>, String>> {
     if hosts.contains(['/', '?', '#']) {
         return Some(Err("redis+cluster:// takes host:port,host:port and nothing after them".into()));
     }
-    let seeds: Vec<String> = hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("redis://{auth}{h}/")).collect();
+    let seeds: Vec<String> =
+        hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("redis://{auth}{h}/")).collect();
     if seeds.is_empty() {
         return Some(Err("redis+cluster:// needs at least one host:port".into()));
     }
