@@ -322,18 +322,18 @@ async fn handoff_connections_close_after_the_upstream_idle_timeout() {
 }
 
 /// The config of replica `replica` of `backends` on `redis`, with hand-off.
-fn replica_config(backends: &[RoomBackend], redis: &common::redis_server::Redis, replica: &str) -> String {
+fn replica_config(backends: &[RoomBackend], url: &str, replica: &str) -> String {
     let directory = format!(
-        "[handoff]\n[directory]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"300ms\"\ntimeout = \"250ms\"\nreplica_id = \"{replica}\"\n",
-        redis.url()
+        "[handoff]\n[directory]\nbackend = \"redis\"\nurl = \"{url}\"\nrefresh = \"300ms\"\ntimeout = \"250ms\"\nreplica_id = \"{replica}\"\n"
     );
     config_for(backends, &directory)
 }
 
-/// Replicas A and B of `backends` on `redis`, with hand-off, each synced once.
-async fn two_replicas(backends: &[RoomBackend], redis: &common::redis_server::Redis) -> (Proxy, Proxy) {
-    let a = Proxy::start(&replica_config(backends, redis, "A")).await;
-    let b = Proxy::start(&replica_config(backends, redis, "B")).await;
+/// Replicas A and B of `backends` on the Redis (or Redis Cluster) at `url`, with hand-off, each
+/// synced once.
+async fn two_replicas(backends: &[RoomBackend], url: &str) -> (Proxy, Proxy) {
+    let a = Proxy::start(&replica_config(backends, url, "A")).await;
+    let b = Proxy::start(&replica_config(backends, url, "B")).await;
     syncs(&a, 1).await;
     syncs(&b, 1).await;
     (a, b)
@@ -370,7 +370,7 @@ async fn with_two_replicas_a_join_through_the_other_waits_for_the_move_and_gets_
     }
     let redis = common::redis_server::Redis::start().await;
     let backends = fleet(3).await;
-    let (a, b) = two_replicas(&backends, &redis).await;
+    let (a, b) = two_replicas(&backends, &redis.url()).await;
 
     let (mut member, old, _) = join(&a, "shared").await;
     for i in 0..5 {
@@ -394,8 +394,23 @@ async fn with_two_replicas_the_others_sockets_pause_and_its_joins_wait_for_the_m
         return;
     }
     let redis = common::redis_server::Redis::start().await;
+    the_others_sockets_pause_and_its_joins_wait_for_the_move(&redis.url()).await;
+}
+
+/// The same on a Redis Cluster: the move's lease, the claims and the acks are in the room's slot,
+/// and the pause reaches the other replica through the cluster's pub/sub.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_the_others_sockets_pause_and_its_joins_wait_for_the_move() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
+    let cluster = common::redis_cluster::RedisCluster::start(0).await;
+    the_others_sockets_pause_and_its_joins_wait_for_the_move(&cluster.url()).await;
+}
+
+async fn the_others_sockets_pause_and_its_joins_wait_for_the_move(url: &str) {
     let backends = fleet(3).await;
-    let (a, b) = two_replicas(&backends, &redis).await;
+    let (a, b) = two_replicas(&backends, url).await;
 
     let (mut via_a, old, _) = join(&a, "both").await;
     let (mut via_b, on_b, _) = join(&b, "both").await;
@@ -430,7 +445,7 @@ async fn with_two_replicas_a_drain_with_handoff_moves_the_rooms_live_only_throug
     }
     let redis = common::redis_server::Redis::start().await;
     let backends = fleet(3).await;
-    let (a, b) = two_replicas(&backends, &redis).await;
+    let (a, b) = two_replicas(&backends, &redis.url()).await;
 
     let (mut via_b, old, _) = join(&b, "only-b").await;
     for i in 0..3 {
@@ -456,7 +471,7 @@ async fn with_two_replicas_a_rebalance_moves_the_rooms_live_only_through_the_oth
     }
     let redis = common::redis_server::Redis::start().await;
     let mut backends = fleet(2).await;
-    let (a, b) = two_replicas(&backends, &redis).await;
+    let (a, b) = two_replicas(&backends, &redis.url()).await;
     let mut members = Vec::new();
     for i in 0..16 {
         let room = format!("room{i}");
@@ -467,7 +482,7 @@ async fn with_two_replicas_a_rebalance_moves_the_rooms_live_only_through_the_oth
     backends.push(RoomBackend::start("b2").await);
     for (proxy, replica) in [(&a, "A"), (&b, "B")] {
         let epoch = *proxy.control.epochs().borrow();
-        proxy.write_config(&replica_config(&backends, &redis, replica));
+        proxy.write_config(&replica_config(&backends, &redis.url(), replica));
         let (status, body) = admin_post(proxy, "/admin/reload", "").await;
         assert_eq!(status, StatusCode::OK, "{body}");
         proxy.wait_epoch(epoch + 1).await;
@@ -504,7 +519,7 @@ async fn a_replica_behind_a_move_cannot_begin_moving_the_room_from_its_old_owner
     }
     let redis = common::redis_server::Redis::start().await;
     let backends = fleet(3).await;
-    let (a, b) = two_replicas(&backends, &redis).await;
+    let (a, b) = two_replicas(&backends, &redis.url()).await;
     let (da, db) = (a.control.gateway().directory().clone(), b.control.gateway().directory().clone());
     let (old, new): (std::sync::Arc<str>, std::sync::Arc<str>) = ("b0".into(), "b1".into());
     // A placement answers "wait" while Redis is new (its rebuild window): asked again until not.
@@ -666,7 +681,7 @@ async fn a_move_whose_record_meets_the_rebuild_window_is_recorded_once_it_ends()
     }
     let redis = common::redis_server::Redis::start().await;
     let backends = fleet(3).await;
-    let (a, _b) = two_replicas(&backends, &redis).await;
+    let (a, _b) = two_replicas(&backends, &redis.url()).await;
     let (mut member, old, _) = join(&a, "flushed").await;
     for i in 0..5 {
         say(&mut member, &format!("m{i}")).await;
