@@ -152,19 +152,52 @@ async fn private_redis() -> PrivateRedis {
     PrivateRedis { url: format!("redis+unix://{}", socket.display()), _dir: dir, _child: child }
 }
 
-/// Redis's own counters, summed over every node: commands processed, bytes in, bytes out.
-async fn counters(conns: &mut [redis::aio::MultiplexedConnection]) -> (u64, u64, u64) {
-    let mut sum = (0, 0, 0);
-    for conn in conns {
-        let info: String = redis::cmd("INFO").arg("stats").query_async(conn).await.unwrap();
-        let field = |name: &str| -> u64 {
-            info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
-        };
-        sum.0 += field("total_commands_processed:");
-        sum.1 += field("total_net_input_bytes:");
-        sum.2 += field("total_net_output_bytes:");
+/// Marks the store as one the fleet has used already: no rebuild window holds the set-up's
+/// placements.
+async fn mark_in_use(conn: &mut impl redis::aio::ConnectionLike) {
+    for key in roomgate::directory::redis_bucket_keys("roomgate:", "gen") {
+        let _: () = redis::cmd("SET").arg(key).arg("1").query_async(conn).await.unwrap();
     }
-    sum
+}
+
+/// Redis's own counters of one node: commands processed (the calls scripts make included), bytes
+/// in, bytes out, CPU seconds (user and system).
+#[derive(Clone, Copy, Default)]
+struct Counters {
+    commands: u64,
+    bytes_in: u64,
+    bytes_out: u64,
+    cpu: f64,
+}
+
+async fn counters(conns: &mut [redis::aio::MultiplexedConnection]) -> Vec<Counters> {
+    let mut out = Vec::new();
+    for conn in conns {
+        let info: String = redis::cmd("INFO").arg("all").query_async(conn).await.unwrap();
+        let field = |name: &str| -> f64 {
+            info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0)
+        };
+        out.push(Counters {
+            commands: field("total_commands_processed:") as u64,
+            bytes_in: field("total_net_input_bytes:") as u64,
+            bytes_out: field("total_net_output_bytes:") as u64,
+            cpu: field("used_cpu_user:") + field("used_cpu_sys:"),
+        });
+    }
+    out
+}
+
+/// Round trips the replicas' directories made (each pipeline counted as its 5 commands).
+fn sent(replicas: &[Arc<Replica>]) -> u64 {
+    replicas
+        .iter()
+        .map(|r| {
+            let c = &serde_json::to_value(r.dir.status()).unwrap()["calls"];
+            let n = |op: &str| c[op].as_u64().unwrap_or(0);
+            n("place") + n("reassign") + n("refresh") + n("heartbeat") + n("release") + n("confirm") + n("read")
+                + 5 * n("sync")
+        })
+        .sum()
 }
 
 /// One replica's directory and what it holds: room index -> its owner.
@@ -232,17 +265,13 @@ async fn main() {
         None => conn.push(redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap()),
     }
     // A Redis the fleet has used already: no rebuild window holds the set-up's placements.
-    {
-        let mut writer: Box<dyn redis::aio::ConnectionLike + Send> = match &cluster {
-            Some(_) => {
-                let seeds = roomgate::directory::cluster_seeds(&url).unwrap().unwrap();
-                Box::new(redis::cluster::ClusterClient::new(seeds).unwrap().get_async_connection().await.unwrap())
-            }
-            None => Box::new(conn[0].clone()),
-        };
-        for key in roomgate::directory::redis_bucket_keys("roomgate:", "gen") {
-            let _: () = redis::cmd("SET").arg(key).arg("1").query_async(&mut writer).await.unwrap();
+    match &cluster {
+        Some(_) => {
+            let seeds = roomgate::directory::cluster_seeds(&url).unwrap().unwrap();
+            let client = redis::cluster::ClusterClient::new(seeds).unwrap();
+            mark_in_use(&mut client.get_async_connection().await.unwrap()).await;
         }
+        None => mark_in_use(&mut conn[0]).await,
     }
     let backends: Vec<Arc<str>> = (0..o.backends).map(|b| Arc::from(format!("b{b}"))).collect();
     let me = Arc::new(ReplicaState { epoch: 1, backends: backends.clone() });
@@ -303,6 +332,7 @@ async fn main() {
     }
 
     let before = counters(&mut conn).await;
+    let sent_before = sent(&replicas);
     let started = Instant::now();
     let mut rng = Rng(o.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut latencies = Vec::new();
@@ -341,6 +371,7 @@ async fn main() {
     }
     let window = started.elapsed().as_secs_f64();
     let after = counters(&mut conn).await;
+    let sent_after = sent(&replicas);
     for _ in &syncs {
         stop.notify_waiters();
     }
@@ -359,8 +390,13 @@ async fn main() {
     }
     latencies.sort();
     let per_sec = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / window;
+    let total = |f: fn(&Counters) -> u64, c: &[Counters]| c.iter().map(f).sum::<u64>();
+    let busiest_cpu =
+        before.iter().zip(&after).map(|(b, a)| (a.cpu - b.cpu) / window * 100.0).fold(0.0f64, f64::max);
+    let per_node: Vec<String> =
+        before.iter().zip(&after).map(|(b, a)| format!("{:.0}", per_sec(b.commands, a.commands))).collect();
     println!(
-        "| {} | {} | {} | {} | {:.2}% | {:.2}% | {:?} | {:.0} | {:.0} | {:.0} | {} | {:?} | {:?} |",
+        "| {} | {} | {} | {} | {:.2}% | {:.2}% | {:?} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1}% | {:?} | {:?} |",
         if o.cluster { "cluster (3 primaries)" } else { "one Redis" },
         o.rooms,
         o.replicas,
@@ -368,15 +404,20 @@ async fn main() {
         o.churn * 100.0,
         o.moves * 100.0,
         o.refresh,
-        per_sec(before.0, after.0),
-        per_sec(before.1, after.1) / 1024.0,
-        per_sec(before.2, after.2) / 1024.0,
-        sync_count,
+        per_sec(sent_before, sent_after),
+        per_sec(total(|c| c.commands, &before), total(|c| c.commands, &after)),
+        per_sec(total(|c| c.bytes_in, &before), total(|c| c.bytes_in, &after)) / 1024.0,
+        per_sec(total(|c| c.bytes_out, &before), total(|c| c.bytes_out, &after)) / 1024.0,
+        busiest_cpu,
         pct(&latencies, 0.5),
         pct(&latencies, 0.99),
     );
     eprintln!(
-        "window {window:.1} s: {changes} room changes, {moves} moves, {sync_count} syncs; columns: store | rooms | replicas | \
-         holders | churn/s | moves/s | refresh | Redis commands/s | KiB/s in | KiB/s out | syncs | place p50 | place p99"
+        "window {window:.1} s: {changes} room changes ({:.0}/s), {moves} moves, {sync_count} syncs; server commands/s \
+         per node {}; columns: store | rooms | replicas | holders | churn/s | moves/s | refresh | commands sent/s | \
+         server commands/s (scripts' calls included) | KiB/s in | KiB/s out | busiest node's CPU | place p50 | \
+         place p99",
+        changes as f64 / window,
+        per_node.join(" / ")
     );
 }
