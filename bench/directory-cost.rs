@@ -194,7 +194,13 @@ fn sent(replicas: &[Arc<Replica>]) -> u64 {
         .map(|r| {
             let c = &serde_json::to_value(r.dir.status()).unwrap()["calls"];
             let n = |op: &str| c[op].as_u64().unwrap_or(0);
-            n("place") + n("reassign") + n("refresh") + n("heartbeat") + n("release") + n("confirm") + n("read")
+            n("place")
+                + n("reassign")
+                + n("refresh")
+                + n("heartbeat")
+                + n("release")
+                + n("confirm")
+                + n("read")
                 + 5 * n("sync")
         })
         .sum()
@@ -391,8 +397,7 @@ async fn main() {
     latencies.sort();
     let per_sec = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / window;
     let total = |f: fn(&Counters) -> u64, c: &[Counters]| c.iter().map(f).sum::<u64>();
-    let busiest_cpu =
-        before.iter().zip(&after).map(|(b, a)| (a.cpu - b.cpu) / window * 100.0).fold(0.0f64, f64::max);
+    let busiest_cpu = before.iter().zip(&after).map(|(b, a)| (a.cpu - b.cpu) / window * 100.0).fold(0.0f64, f64::max);
     let per_node: Vec<String> =
         before.iter().zip(&after).map(|(b, a)| format!("{:.0}", per_sec(b.commands, a.commands))).collect();
     println!(

@@ -90,14 +90,16 @@ impl RedisDirectory {
         let (window, lease, dead, ttl) =
             (self.rebuild_window_ms(), self.lease_ms(), self.dead_after_ms(), self.ttl_ms());
         let cursors: Vec<u64> = lock(&self.buckets).iter().map(|b| b.cursor).collect();
-        let beats = (0..BUCKETS).map(|b| {
+        // One bucket after the other, not all at once: Redis runs one script at a time, and a
+        // placement arriving behind sixteen would wait for all of them.
+        let mut answers = Vec::with_capacity(BUCKETS);
+        for (b, cursor) in cursors.iter().enumerate() {
             let mut inv = self.bucket_script(&self.scripts.heartbeat, b);
             let tag = self.keys.tag(b);
-            inv.arg(&s.replica).arg(window).arg(lease).arg(dead).arg(cursors[b]);
+            inv.arg(&s.replica).arg(window).arg(lease).arg(dead).arg(cursor);
             inv.arg(format!("{tag}h:")).arg(format!("{tag}r:")).arg(ttl);
-            async move { self.call(&self.calls.heartbeat, async |c| inv.invoke_async::<Vec<String>>(c).await).await }
-        });
-        let answers = futures_util::future::join_all(beats).await;
+            answers.push(self.call(&self.calls.heartbeat, async |c| inv.invoke_async::<Vec<String>>(c).await).await);
+        }
         let (mut rebuilding, mut live_rooms, mut splits) = (0u64, 0u64, 0u64);
         let mut buckets = lock(&self.buckets);
         // Every bucket that answered is taken in, even if another did not.

@@ -308,7 +308,7 @@ local now = now_ms()
 local rebuild = rebuild_left(ARGV[2])
 local prev = redis.call('HGET', KEYS[1], me) or ''
 redis.call('HSET', KEYS[1], me, now)
-local budget = 500
+local budget = 64
 local beats = redis.call('HGETALL', KEYS[1])
 for i = 1, #beats, 2 do
   if budget <= 0 then break end
