@@ -354,18 +354,27 @@ async fn main() {
         tokio::time::sleep_until(at).await;
         churn_due += per_tick(o.churn);
         moves_due += per_tick(o.moves);
+        // This tick's changes, all at once (as a proxy's joins and leaves come): each a holder's
+        // last socket leaving a room and a new room getting its first socket.
+        let mut batch = Vec::new();
         while churn_due >= 1.0 {
             churn_due -= 1.0;
-            // A holder's last socket leaves; a new room gets its first socket.
-            let r = &replicas[rng.below(o.replicas)];
-            let victim = { r.held.lock().await.keys().next().copied() };
-            if let Some(i) = victim {
-                leave(r, i).await;
-            }
-            latencies.push(join(&replicas[rng.below(o.replicas)], next_room, &backends).await);
+            batch.push((replicas[rng.below(o.replicas)].clone(), replicas[rng.below(o.replicas)].clone(), next_room));
             next_room += 1;
-            changes += 1;
         }
+        let done = futures_util::future::join_all(batch.into_iter().map(|(from, to, new)| {
+            let backends = &backends;
+            async move {
+                let victim = { from.held.lock().await.keys().next().copied() };
+                if let Some(i) = victim {
+                    leave(&from, i).await;
+                }
+                join(&to, new, backends).await
+            }
+        }))
+        .await;
+        changes += done.len() as u64;
+        latencies.extend(done);
         while moves_due >= 1.0 {
             moves_due -= 1.0;
             let i = rng.below(o.rooms);

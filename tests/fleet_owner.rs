@@ -26,24 +26,21 @@ const TIMEOUT: &str = "250ms";
 /// Rooms move at a drain deadline all at once, not spread over the default 10 s.
 const NO_SPREAD: &str = "[drain]\nspread = \"0s\"\n";
 
-fn directory(redis: &Redis, replica: Option<&str>) -> String {
+fn directory(url: &str, replica: Option<&str>) -> String {
     let id = replica.map(|r| format!("replica_id = \"{r}\"\n")).unwrap_or_default();
-    format!(
-        "[directory]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"{REFRESH}\"\ntimeout = \"{TIMEOUT}\"\n{id}",
-        redis.url()
-    )
+    format!("[directory]\nbackend = \"redis\"\nurl = \"{url}\"\nrefresh = \"{REFRESH}\"\ntimeout = \"{TIMEOUT}\"\n{id}")
 }
 
 /// A replica's config: its backends and directory, plus `extra` sections.
-fn replica_config(backends: &[(&str, SocketAddr)], redis: &Redis, replica: &str, extra: &str) -> String {
-    config(backends, ROUTES, &format!("{}{extra}", directory(redis, Some(replica))))
+fn replica_config(backends: &[(&str, SocketAddr)], url: &str, replica: &str, extra: &str) -> String {
+    config(backends, ROUTES, &format!("{}{extra}", directory(url, Some(replica))))
 }
 
-/// Replicas A and B on `redis`, each synced once.
-async fn two_replicas(backends: &[TestBackend], redis: &Redis, extra_a: &str, extra_b: &str) -> (Proxy, Proxy) {
+/// Replicas A and B on the Redis (or Redis Cluster) at `url`, each synced once.
+async fn two_replicas(backends: &[TestBackend], url: &str, extra_a: &str, extra_b: &str) -> (Proxy, Proxy) {
     let list = backend_list(backends);
-    let a = Proxy::start(&replica_config(&list, redis, "A", extra_a)).await;
-    let b = Proxy::start(&replica_config(&list, redis, "B", extra_b)).await;
+    let a = Proxy::start(&replica_config(&list, url, "A", extra_a)).await;
+    let b = Proxy::start(&replica_config(&list, url, "B", extra_b)).await;
     syncs(&a, 1).await;
     syncs(&b, 1).await;
     (a, b)
@@ -162,7 +159,7 @@ async fn a_redis_restarted_empty_keeps_a_moved_room_on_its_owner() {
     let backends = backends(3).await;
     let room = "restart0".to_owned();
     let bx = placement_owners(&backends, std::slice::from_ref(&room)).await.remove(0);
-    let (a, b) = two_replicas(&backends, &redis, NO_SPREAD, NO_SPREAD).await;
+    let (a, b) = two_replicas(&backends, &redis.url(), NO_SPREAD, NO_SPREAD).await;
 
     // The room goes live on its placement owner through A, then moves as in production: a
     // drain of its owner with an immediate deadline closes its member (1012) and moves it.
@@ -232,6 +229,20 @@ async fn a_hung_backend_moves_its_room_only_after_every_replica_let_go() {
         return;
     }
     let redis = Redis::start().await;
+    hung_backend_moves_its_room_only_after_every_replica_let_go(&redis.url()).await;
+}
+
+/// The same on a Redis Cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_hung_backend_moves_its_room_only_after_every_replica_let_go() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
+    let cluster = common::redis_cluster::RedisCluster::start(0).await;
+    hung_backend_moves_its_room_only_after_every_replica_let_go(&cluster.url()).await;
+}
+
+async fn hung_backend_moves_its_room_only_after_every_replica_let_go(url: &str) {
     let backends = backends(3).await;
     let room = "hang0".to_owned();
     let bh_id = placement_owners(&backends, std::slice::from_ref(&room)).await.remove(0);
@@ -239,7 +250,7 @@ async fn a_hung_backend_moves_its_room_only_after_every_replica_let_go() {
     // Only B checks actively, so only B sees the hung backend down. (`timeout` above the issue's
     // 100ms: a loaded machine must not make a healthy backend fail a check.)
     let health = "[health]\npath = \"/health\"\ninterval = \"100ms\"\ntimeout = \"200ms\"\nfall = 1\n";
-    let (a, b) = two_replicas(&backends, &redis, "", health).await;
+    let (a, b) = two_replicas(&backends, url, "", health).await;
 
     let (mut m1, on, _) = member(&a, &room).await;
     assert_eq!(on, bh_id, "a new room goes to its placement owner");
@@ -345,6 +356,20 @@ async fn a_drain_deadline_moves_each_room_as_a_whole_across_replicas() {
         return;
     }
     let redis = Redis::start().await;
+    drain_deadline_moves_each_room_as_a_whole_across_replicas(&redis.url()).await;
+}
+
+/// The same on a Redis Cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_drain_deadline_moves_each_room_as_a_whole_across_replicas() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
+    let cluster = common::redis_cluster::RedisCluster::start(0).await;
+    drain_deadline_moves_each_room_as_a_whole_across_replicas(&cluster.url()).await;
+}
+
+async fn drain_deadline_moves_each_room_as_a_whole_across_replicas(url: &str) {
     let backends = backends(3).await;
     let candidates: Vec<String> = (0..200).map(|i| format!("deadline{i}")).collect();
     let owners = placement_owners(&backends, &candidates).await;
@@ -356,9 +381,9 @@ async fn a_drain_deadline_moves_each_room_as_a_whole_across_replicas() {
     // phase; replicas started back to back here would tick within a few ms of each other. This
     // pause sets the phase; it waits for nothing.
     let list = backend_list(&backends);
-    let a = Proxy::start(&replica_config(&list, &redis, "A", NO_SPREAD)).await;
+    let a = Proxy::start(&replica_config(&list, url, "A", NO_SPREAD)).await;
     tokio::time::sleep(Duration::from_millis(125)).await;
-    let b = Proxy::start(&replica_config(&list, &redis, "B", NO_SPREAD)).await;
+    let b = Proxy::start(&replica_config(&list, url, "B", NO_SPREAD)).await;
     syncs(&a, 1).await;
     syncs(&b, 1).await;
 
@@ -458,7 +483,7 @@ async fn two_replicas_on_one_host_get_distinct_default_ids() {
     for (i, port) in ports.iter().enumerate() {
         let extra = format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[reload]\nwatch = false\n{}",
-            directory(&redis, None)
+            directory(&redis.url(), None)
         );
         let text = config(&list, ROUTES, &extra).replace("level = \"warn\"", "level = \"info\"");
         let path = dir.path().join(format!("replica{i}.toml"));
@@ -532,7 +557,7 @@ async fn move_figures_with_two_and_four_replicas() {
         let list = backend_list(&backends);
         let mut replicas = Vec::new();
         for i in 0..n {
-            replicas.push(Proxy::start(&replica_config(&list, &redis, &format!("R{i}"), NO_SPREAD)).await);
+            replicas.push(Proxy::start(&replica_config(&list, &redis.url(), &format!("R{i}"), NO_SPREAD)).await);
             // Out-of-step maintenance ticks, as separate pods have.
             tokio::time::sleep(Duration::from_millis(250 / n as u64)).await;
         }
