@@ -104,6 +104,10 @@ fn bad_values_name_their_line() {
             "directory.timeout",
         ),
         ("[timeouts]\nfirst_message = \"0s\"\n", 2, "first_message"),
+        ("[directory]\nbackend = \"redis\"\nurl = \"redis+cluster://\"\n", 3, "at least one host"),
+        ("[directory]\nbackend = \"redis\"\nurl = \"redis+cluster://a:1/0\"\n", 3, "nothing after them"),
+        ("[directory]\nbackend = \"redis\"\nurl = \"redis://h\"\nprefix = \"{rg}\"\n", 2, "directory.prefix"),
+        ("[directory]\nbackend = \"redis\"\nurl = \"redis://h\"\nreplica_id = \"=\"\n", 4, "replica_id"),
     ];
     for (prefix, line, needle) in cases {
         let e = err(&format!("{prefix}{MINIMAL}"));
@@ -360,4 +364,11 @@ fn every_error_names_its_key_path() {
         assert!(e.message.starts_with(wanted), "{text:?}: {e}");
         assert!(e.line.is_some(), "{text:?}: {e} has no line");
     }
+}
+
+#[test]
+fn a_redis_cluster_is_given_by_its_seed_nodes() {
+    let text = format!("[directory]\nbackend = \"redis\"\nurl = \"redis+cluster://u:p@10.0.0.1:6379,10.0.0.2:6379\"\n{MINIMAL}");
+    let c = Config::from_toml(&text, "t").unwrap();
+    assert!(matches!(c.directory, Directory::Redis { ref url, .. } if url.starts_with("redis+cluster://")));
 }
