@@ -344,8 +344,8 @@ async fn main() {
     let mut latencies = Vec::new();
     let (mut changes, mut moves) = (0u64, 0u64);
     let mut next_room = o.rooms;
-    // Events at a steady rate, in ticks of 10 ms.
-    let tick = Duration::from_millis(10);
+    // Events at a steady rate, in ticks of 1 ms (those of one tick at once).
+    let tick = Duration::from_millis(1);
     let per_tick = |rate: f64| rate * o.rooms as f64 * tick.as_secs_f64();
     let (mut churn_due, mut moves_due) = (0.0f64, 0.0f64);
     let mut at = tokio::time::Instant::now();

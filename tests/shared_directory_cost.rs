@@ -144,6 +144,39 @@ async fn the_claims_of_a_replica_that_died_stop_counting_and_are_removed_by_the_
     println!("A's claims stopped counting after {not_live:?} and were removed after {removed:?}");
 }
 
+/// A replica whose heartbeat lapses for a while (a slow sync) keeps its rooms: another replica's
+/// change to one of them leaves its record without an expiry, and the slow replica, once it beats
+/// again, writes nothing it had written (writing all its claims again would only slow it more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_heartbeat_lapsed_keeps_its_rooms_and_writes_nothing_again() {
+    if !common::require(&[common::Tool::RedisServer]) {
+        return;
+    }
+    let redis = Redis::start().await;
+    redis.mark_in_use().await;
+    // refresh 100 ms: claims count 300 ms after the last heartbeat; removed after 5 s.
+    let (refresh, ttl) = (ms(100), secs(5));
+    let (a, b) = (directory(&redis, "A", refresh, ttl), directory(&redis, "B", refresh, ttl));
+    assert!(a.sync(&me()).await.is_some() && b.sync(&me()).await.is_some());
+    socket(&a, "slow", "b0").await;
+    assert!(a.sync(&me()).await.is_some());
+    assert_eq!(redis.pttl("slow").await, -1);
+
+    // A does not sync for 600 ms: its claim stops counting. B's member comes and goes meanwhile.
+    tokio::time::sleep(ms(600)).await;
+    assert!(b.sync(&me()).await.is_some());
+    let owner = socket(&b, "slow", "b1").await;
+    assert_eq!(&*owner, "b0");
+    b.leave("slow", &owner, Use::Socket);
+    assert!(b.sync(&me()).await.is_some());
+    assert_eq!(redis.pttl("slow").await, -1, "A still holds the room: its record does not expire");
+
+    let refreshes = status(&a)["calls"]["refresh"].as_u64().unwrap();
+    assert!(a.sync(&me()).await.is_some());
+    assert_eq!(status(&a)["calls"]["refresh"].as_u64().unwrap(), refreshes, "nothing written again");
+    assert!(redis.claimed("A", "slow").await);
+}
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }

@@ -368,7 +368,9 @@ fn every_error_names_its_key_path() {
 
 #[test]
 fn a_redis_cluster_is_given_by_its_seed_nodes() {
-    let text = format!("[directory]\nbackend = \"redis\"\nurl = \"redis+cluster://u:p@10.0.0.1:6379,10.0.0.2:6379\"\n{MINIMAL}");
+    let text = format!(
+        "[directory]\nbackend = \"redis\"\nurl = \"redis+cluster://u:p@10.0.0.1:6379,10.0.0.2:6379\"\n{MINIMAL}"
+    );
     let c = Config::from_toml(&text, "t").unwrap();
     assert!(matches!(c.directory, Directory::Redis { ref url, .. } if url.starts_with("redis+cluster://")));
 }

@@ -109,11 +109,10 @@ impl RedisDirectory {
                 all = false;
                 continue;
             };
-            if answer.generation != seen.generation
-                || answer.gap
-                || answer.previous != seen.beat
-                || answer.now.saturating_sub(answer.previous.parse().unwrap_or(0)) >= lease
-            {
+            // Not when this replica's heartbeat merely lapsed for a while (a slow sync): its
+            // claims stayed, and its rooms with them (`scripts.rs`, `busy`); writing them all
+            // again would make the next sync slower still. Only when they may be gone.
+            if answer.generation != seen.generation || answer.gap || answer.previous != seen.beat {
                 seen.reassert = true;
             }
             seen.generation = answer.generation.to_owned();

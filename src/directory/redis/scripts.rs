@@ -53,8 +53,9 @@ end
 local function claim_of(o, v, c, u, s)
   return o .. ' ' .. v .. ' ' .. c .. ' ' .. u .. ' ' .. s
 end
--- The room's record and the claims on it that count, each {replica, owner, version,
--- connections, until, sockets, counts_until}.
+-- The room's record, the claims on it that count, each {replica, owner, version, connections,
+-- until, sockets, counts_until}, and the replicas whose claims have connections and who have a
+-- heartbeat in the bucket however old (not yet removed as gone): while any has, the room is kept.
 local function room_state(k, now, lease)
   local raw = redis.call('HGETALL', k)
   local rec, found, reps = nil, {}, {}
@@ -70,11 +71,14 @@ local function room_state(k, now, lease)
       end
     end
   end
-  local live = {}
+  local live, holders = {}, {}
   if #reps > 0 then
     local beats = redis.call('HMGET', KEYS[1], unpack(reps))
     for j, x in ipairs(found) do
       local b = tonumber(beats[j])
+      if b and x[4] > 0 then
+        holders[#holders + 1] = x[1]
+      end
       if b then
         local ends = b + lease
         if x[4] == 0 then ends = math.min(ends, x[5]) end
@@ -85,12 +89,14 @@ local function room_state(k, now, lease)
       end
     end
   end
-  return rec, live
+  return rec, live, holders
 end
--- Whether any claim that counts (other than `skip`'s) has connections.
-local function busy(live, skip)
-  for _, x in ipairs(live) do
-    if x[1] ~= skip and x[4] > 0 then return true end
+-- Whether any replica (other than `skip`) holds connections of the room, as `room_state`'s
+-- `holders` says: a replica whose heartbeat lapsed for a while still keeps its rooms, until it is
+-- removed as gone, so that no live room's record expires under it.
+local function busy(holders, skip)
+  for _, r in ipairs(holders) do
+    if r ~= skip then return true end
   end
   return false
 end
@@ -135,7 +141,7 @@ const PLACE_BODY: &str = r"
 local k, room, me, lease, alive = KEYS[8], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[7])
 local now = now_ms()
 local rebuild = rebuild_left(ARGV[6])
-local cur, live = room_state(k, now, alive)
+local cur, live, holders = room_state(k, now, alive)
 if not cur then
   if rebuild > 0 then
     return {ARGV[1], 0, 0, rebuild}
@@ -143,7 +149,7 @@ if not cur then
   cur = record_of(ARGV[1], 1)
   if ARGV[2] ~= '0' then
     redis.call('HSET', k, '=', cur)
-    if not busy(live) then
+    if not busy(holders) then
       redis.call('PEXPIRE', k, ARGV[2])
     end
   end
@@ -183,19 +189,19 @@ if rebuild_left(ARGV[4]) > 0 then
   return -1
 end
 local k = KEYS[8]
-local cur, live = room_state(k, now_ms(), tonumber(ARGV[6]))
+local cur, _, holders = room_state(k, now_ms(), tonumber(ARGV[6]))
 local o, v = nil, 0
 if cur then
   o, v = record(cur)
   v = v or 0
 end
 if o == ARGV[2] then
-  settle(k, ARGV[5], busy(live), ARGV[3], true)
+  settle(k, ARGV[5], busy(holders), ARGV[3], true)
   return v
 end
 if (not cur) or o == ARGV[1] then
   put_record(k, ARGV[5], ARGV[2], v + 1)
-  settle(k, ARGV[5], busy(live), ARGV[3], true)
+  settle(k, ARGV[5], busy(holders), ARGV[3], true)
   return v + 1
 end
 return 0
@@ -229,7 +235,7 @@ for r = 1, n do
   local k = KEYS[8 + r]
   local room, owner, ver, conns, socks = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   a = a + 5
-  local cur, live = room_state(k, now, lease)
+  local cur, live, holders = room_state(k, now, lease)
   local mine = record_of(owner, ver)
   local result = ''
   if not cur then
@@ -278,7 +284,7 @@ for r = 1, n do
   end
   redis.call('HSET', k, me, claim_of(owner, ver, conns, now + lease, socks))
   redis.call('SADD', KEYS[8], room)
-  settle(k, room, conns > 0 or busy(live, me), ttl, false)
+  settle(k, room, conns > 0 or busy(holders, me), ttl, false)
   out[#out + 1] = result
 end
 for j = 9 + n, #KEYS do
@@ -286,9 +292,9 @@ for j = 9 + n, #KEYS do
   a = a + 2
   redis.call('SREM', KEYS[8], room)
   local removed = redis.call('HDEL', k, me) == 1
-  local cur, live = room_state(k, now, lease)
+  local cur, _, holders = room_state(k, now, lease)
   if removed or (cur and cur == expected) then
-    settle(k, room, busy(live), ttl, true)
+    settle(k, room, busy(holders), ttl, true)
   end
 end
 return out
@@ -320,8 +326,8 @@ for i = 1, #beats, 2 do
     for _, room in ipairs(rooms) do
       local k = ARGV[7] .. room
       if redis.call('HDEL', k, rep) == 1 then
-        local _, live = room_state(k, now, lease)
-        settle(k, room, busy(live), ARGV[8], true)
+        local _, _, holders = room_state(k, now, lease)
+        settle(k, room, busy(holders), ARGV[8], true)
       end
     end
     if redis.call('EXISTS', hk) == 0 then
@@ -352,8 +358,8 @@ redis.call('HDEL', KEYS[1], ARGV[1])
 for _, room in ipairs(redis.call('SMEMBERS', KEYS[8])) do
   local k = ARGV[2] .. room
   if redis.call('HDEL', k, ARGV[1]) == 1 then
-    local _, live = room_state(k, now, tonumber(ARGV[4]))
-    settle(k, room, busy(live), ARGV[3], true)
+    local _, _, holders = room_state(k, now, tonumber(ARGV[4]))
+    settle(k, room, busy(holders), ARGV[3], true)
   end
 end
 redis.call('DEL', KEYS[8])
@@ -370,8 +376,8 @@ local o, v = claim(redis.call('HGET', k, ARGV[1]))
 if o == ARGV[2] and v < tonumber(ARGV[3]) then
   redis.call('HDEL', k, ARGV[1])
   redis.call('SREM', KEYS[9], ARGV[4])
-  local _, live = room_state(k, now_ms(), tonumber(ARGV[6]))
-  settle(k, ARGV[4], busy(live), ARGV[5], true)
+  local _, _, holders = room_state(k, now_ms(), tonumber(ARGV[6]))
+  settle(k, ARGV[4], busy(holders), ARGV[5], true)
   return 1
 end
 return 0
