@@ -317,7 +317,8 @@ async fn main() {
     eprintln!("set up {} live rooms on {} replicas in {:?}", o.rooms, o.replicas, setup.elapsed());
 
     // Every replica syncs every refresh, its first at a random point of the first period.
-    let stop = Arc::new(tokio::sync::Notify::new());
+    // Cancelled once: a replica in the middle of a sync sees it at its next wait.
+    let stop = tokio_util::sync::CancellationToken::new();
     let mut syncs = Vec::new();
     for (n, r) in replicas.iter().enumerate() {
         let (r, me, stop, refresh) = (r.clone(), me.clone(), stop.clone(), o.refresh);
@@ -328,7 +329,7 @@ async fn main() {
             loop {
                 tokio::select! {
                     () = tokio::time::sleep_until(next) => {}
-                    () = stop.notified() => return done,
+                    () = stop.cancelled() => return done,
                 }
                 r.dir.sync(&me).await;
                 done += 1;
@@ -387,10 +388,7 @@ async fn main() {
     let window = started.elapsed().as_secs_f64();
     let after = counters(&mut conn).await;
     let sent_after = sent(&replicas);
-    for _ in &syncs {
-        stop.notify_waiters();
-    }
-    stop.notify_waiters();
+    stop.cancel();
     let mut sync_count = 0;
     for s in syncs {
         sync_count += s.await.unwrap_or(0);

@@ -126,8 +126,9 @@ pub struct RedisDirectory {
     /// Redis answered the last call.
     up: AtomicBool,
     last_error: Mutex<Option<String>>,
-    /// Rooms this replica may have a claim on, until their removal is confirmed.
-    published: Mutex<HashMap<String, Written>>,
+    /// Rooms this replica may have a claim on, until their removal is confirmed; one map per
+    /// bucket, so that a sync comparing one bucket's claims holds up no join of another.
+    published: Vec<Mutex<HashMap<String, Written>>>,
     /// Moves followed (room, old owner here, the fleet's owner) since the last sync that
     /// succeeded: its report tells the caller to close their sockets on the old owner.
     followed: Mutex<Followed>,
@@ -167,7 +168,7 @@ impl RedisDirectory {
             conn: ArcSwapOption::empty(),
             up: AtomicBool::new(false),
             last_error: Mutex::new(Some("not connected yet".to_owned())),
-            published: Mutex::new(HashMap::new()),
+            published: (0..BUCKETS).map(|_| Mutex::new(HashMap::new())).collect(),
             followed: Mutex::new(Vec::new()),
             buckets: Mutex::new(vec![BucketSeen { reassert: true, ..BucketSeen::default() }; BUCKETS]),
             outage_log: Throttle::new(Duration::from_secs(60)),
@@ -189,7 +190,7 @@ impl RedisDirectory {
 
     /// Remembers a room for the next sync to write or remove this replica's claim on it.
     fn unsynced(&self, key: &str, owner: &Arc<str>, version: u64) {
-        lock(&self.published).entry(key.to_owned()).or_insert_with(|| Written {
+        lock(&self.published[keys::bucket(key)]).entry(key.to_owned()).or_insert_with(|| Written {
             owner: owner.clone(),
             version,
             connections: false,

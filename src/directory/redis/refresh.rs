@@ -2,8 +2,10 @@
 //! Redis was away, its heartbeat in every bucket (reading the owner changes it must follow), the
 //! claims that changed since the last sync, and the removal of those no longer held.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::Arc;
+
+use crate::directory::LiveEntry;
 
 use super::keys::{self, BUCKETS};
 use super::wire::Record;
@@ -156,15 +158,17 @@ impl RedisDirectory {
     /// they take. Rooms the fleet records elsewhere are moved here (the local record) and returned
     /// in `followed`, for their sockets to be closed. False: a call failed.
     pub(super) async fn publish(&self) -> bool {
-        let live = self.local.live_entries();
+        let mut live: Vec<Vec<LiveEntry>> = vec![Vec::new(); BUCKETS];
+        for e in self.local.live_entries() {
+            live[keys::bucket(&e.key)].push(e);
+        }
         let reassert: Vec<bool> = lock(&self.buckets).iter().map(|b| b.reassert).collect();
         let mut put: Vec<Vec<(String, Written, u32, u32)>> = vec![Vec::new(); BUCKETS];
         let mut gone: Vec<Vec<(String, String)>> = vec![Vec::new(); BUCKETS];
-        {
-            let published = lock(&self.published);
-            let mut now_live = HashMap::with_capacity(live.len());
-            for e in live {
-                let b = keys::bucket(&e.key);
+        for (b, entries) in live.into_iter().enumerate() {
+            let published = lock(&self.published[b]);
+            let mut now_live = HashSet::with_capacity(entries.len());
+            for e in entries {
                 let w = Written {
                     owner: e.owner.clone(),
                     version: e.version,
@@ -175,15 +179,15 @@ impl RedisDirectory {
                 if reassert[b] || published.get(&e.key) != Some(&w) {
                     put[b].push((e.key.clone(), w, e.connections, e.sockets));
                 }
-                now_live.insert(e.key, ());
+                now_live.insert(e.key);
             }
             // A room whose connections on an old owner are still closing after a move (or whose
             // handshakes are still on their way there) keeps its claim on that owner until they
             // have ended (`release`): it is not "gone" yet.
             for (room, w) in published.iter() {
-                if !now_live.contains_key(room) && self.local.moving(room) == 0 {
+                if !now_live.contains(room) && self.local.moving(room) == 0 {
                     let record = Record { owner: &w.owner, version: w.version }.to_string();
-                    gone[keys::bucket(room)].push((room.clone(), record));
+                    gone[b].push((room.clone(), record));
                 }
             }
         }
@@ -227,7 +231,7 @@ impl RedisDirectory {
             // remembered (as unknown until confirmed), to be removed once the rooms are idle.
             // Gone rooms are forgotten only once their removal is confirmed.
             {
-                let mut published = lock(&self.published);
+                let mut published = lock(&self.published[b]);
                 for (room, w, ..) in chunk {
                     published.entry(room.clone()).or_insert_with(|| Written { synced: false, ..w.clone() });
                 }
@@ -235,7 +239,7 @@ impl RedisDirectory {
             let answers: Option<Vec<String>> =
                 self.call(&self.calls.refresh, async |c| inv.invoke_async(c).await).await;
             let Some(answers) = answers else { return false };
-            let mut published = lock(&self.published);
+            let mut published = lock(&self.published[b]);
             for (room, _) in gone_chunk {
                 // Unless the room got live again meanwhile (then the next sync writes it).
                 if self.local.owner_if(room, true).is_none() {
