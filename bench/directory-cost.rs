@@ -19,13 +19,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use roomgate::directory::{MemoryDirectory, RedisDirectory, RedisSettings, ReplicaState, RoomDirectory, Use};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::Mutex;
 
 #[path = "../tests/common/redis_cluster.rs"]
@@ -128,27 +126,13 @@ struct PrivateRedis {
 async fn private_redis() -> PrivateRedis {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("redis.sock");
-    let mut child = tokio::process::Command::new("redis-server")
-        .args(["--port", "0", "--save", "", "--appendonly", "no", "--unixsocket"])
+    let mut cmd = tokio::process::Command::new("redis-server");
+    cmd.args(["--port", "0", "--save", "", "--appendonly", "no", "--unixsocket"])
         .arg(&socket)
         .arg("--dir")
-        .arg(dir.path())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("redis-server (apt-get install redis-server, or pass --redis URL)");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.to_ascii_lowercase().contains("ready to accept connections") {
-                return;
-            }
-        }
-        panic!("redis-server ended before it was ready");
-    };
-    tokio::time::timeout(Duration::from_secs(10), ready).await.expect("redis-server did not start");
-    // Its log is read to the end, so that a full pipe never blocks it.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        .arg(dir.path());
+    let child =
+        redis_cluster::spawn_ready(&mut cmd, "redis-server (apt-get install redis-server, or pass --redis URL)").await;
     PrivateRedis { url: format!("redis+unix://{}", socket.display()), _dir: dir, _child: child }
 }
 

@@ -12,6 +12,26 @@ use tokio::process::{Child, Command};
 /// The longest any step of starting or settling the cluster may take.
 const LIMIT: Duration = Duration::from_secs(30);
 
+/// Starts `cmd` (a redis-server) and returns once it logs that it accepts connections; its log is
+/// then read to the end, so that a full pipe never blocks it. `missing`: the panic message if it
+/// cannot be started.
+pub async fn spawn_ready(cmd: &mut Command, missing: &str) -> Child {
+    let mut child = cmd.stdout(Stdio::piped()).kill_on_drop(true).spawn().expect(missing);
+    let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    let ready = tokio::time::timeout(LIMIT, async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.to_ascii_lowercase().contains("ready to accept connections") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(ready, Ok(true), "redis-server did not start");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    child
+}
+
 pub struct RedisCluster {
     _dir: tempfile::TempDir,
     /// (port, process) of each node; a killed node's process is gone.
@@ -43,30 +63,19 @@ impl RedisCluster {
         let mut nodes = Vec::new();
         for _ in 0..3 * (1 + replicas) {
             let port = free_pair();
-            let mut child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--cluster-enabled", "yes"])
+            let mut cmd = Command::new("redis-server");
+            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--cluster-enabled", "yes"])
                 .args(["--cluster-config-file", &format!("nodes-{port}.conf"), "--cluster-node-timeout", "1000"])
                 // A replica may take over however long ago it last heard from its primary (a
                 // fresh cluster's replicas have heard little).
                 .args(["--cluster-replica-validity-factor", "0"])
                 .args(["--save", "", "--appendonly", "no", "--dir"])
-                .arg(dir.path())
-                .stdout(Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("redis-server not found: the test should start with require(&[Tool::RedisServer])");
-            let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-            let ready = tokio::time::timeout(LIMIT, async {
-                while let Ok(Some(line)) = lines.next_line().await {
-                    if line.contains("Ready to accept connections") || line.contains("ready to accept connections") {
-                        return true;
-                    }
-                }
-                false
-            })
+                .arg(dir.path());
+            let child = spawn_ready(
+                &mut cmd,
+                "redis-server not found: the test should start with require(&[Tool::RedisServer])",
+            )
             .await;
-            assert_eq!(ready, Ok(true), "redis-server on {port} did not start");
-            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
             nodes.push((port, Some(child)));
         }
         let mut create = Command::new("redis-cli");

@@ -2,12 +2,8 @@
 //! restarting it keeps the path, and no port is shared with anything else.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-
-use super::LIMIT;
 
 /// The key prefix the tests' fleets use (the default).
 pub const PREFIX: &str = "roomgate:";
@@ -54,23 +50,8 @@ impl Redis {
         if let Some(password) = &self.password {
             cmd.arg("--requirepass").arg(password);
         }
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("redis-server not found: the test should start with require(&[Tool::RedisServer])");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let ready = tokio::time::timeout(LIMIT, async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if line.contains("ready to accept connections") {
-                    return true;
-                }
-            }
-            false
-        })
-        .await;
-        assert_eq!(ready, Ok(true), "redis-server did not start");
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let missing = "redis-server not found: the test should start with require(&[Tool::RedisServer])";
+        let child = super::redis_cluster::spawn_ready(&mut cmd, missing).await;
         self.child = Some(child);
     }
 
