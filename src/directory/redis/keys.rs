@@ -37,11 +37,19 @@ pub(super) fn bucket(room: &str) -> usize {
 #[derive(Clone, Debug)]
 pub(super) struct Keys {
     prefix: String,
+    /// Each bucket's [`BUCKET_KEYS`], made once: every placement declares its bucket's.
+    buckets: Vec<[String; BUCKET_KEYS]>,
 }
 
 impl Keys {
     pub(super) fn new(prefix: &str) -> Keys {
-        Keys { prefix: prefix.to_owned() }
+        let mut keys = Keys { prefix: prefix.to_owned(), buckets: Vec::with_capacity(BUCKETS) };
+        for b in 0..BUCKETS {
+            let t = keys.tag(b);
+            keys.buckets
+                .push(["beats", "gen", "rebuilding", "log", "seq", "live", "splits"].map(|k| format!("{t}{k}")));
+        }
+        keys
     }
 
     /// The start of every key of bucket `b`: prefix and hash tag.
@@ -68,9 +76,8 @@ impl Keys {
     }
 
     /// The [`BUCKET_KEYS`] of bucket `b`, in the order the scripts read them.
-    pub(super) fn bucket_keys(&self, b: usize) -> [String; BUCKET_KEYS] {
-        let t = self.tag(b);
-        ["beats", "gen", "rebuilding", "log", "seq", "live", "splits"].map(|k| format!("{t}{k}"))
+    pub(super) fn bucket_keys(&self, b: usize) -> &[String; BUCKET_KEYS] {
+        &self.buckets[b]
     }
 
     /// A fleet-wide key (`replicas`, `drains`, `drain-handoffs`, `rebalance`) or channel (`moves`).
