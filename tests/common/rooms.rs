@@ -81,6 +81,9 @@ pub struct HandoffBehaviour {
     pub import_status: Option<StatusCode>,
     /// Bytes of padding in exported states (0: a plain JSON array).
     pub state_padding: usize,
+    /// Bytes of the body a successful import answers with (0: a bodiless 204), to see that
+    /// roomgate does not read a huge answer.
+    pub import_answer_len: usize,
 }
 
 /// One request under `HANDOFF_PATH`, as it arrived (recorded before the token check).
@@ -200,6 +203,10 @@ impl RoomBackend {
 
     pub fn set_import_status(&self, status: Option<StatusCode>) {
         lock(&self.shared.behaviour).import_status = status;
+    }
+
+    pub fn set_import_answer_len(&self, bytes: usize) {
+        lock(&self.shared.behaviour).import_answer_len = bytes;
     }
 
     pub fn set_state_padding(&self, bytes: usize) {

@@ -20,6 +20,12 @@ use crate::config::Handoff;
 /// `.` is encoded too, so that no key (`.`, `..`) reads as a dot segment.
 const KEY_IN_PATH: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'~');
 
+/// Most bytes of an import's answer roomgate reads. The answer carries nothing roomgate uses
+/// (only its status counts), so a few KiB is room enough for an error text; more is the new
+/// owner's failure, not memory roomgate spends (an unbounded read of a 256 MiB answer took
+/// roomgate to 278 MB).
+pub const MAX_IMPORT_ANSWER: usize = 4 * 1024;
+
 static ROOM: HeaderName = HeaderName::from_static("roomgate-room");
 static FROM: HeaderName = HeaderName::from_static("roomgate-from");
 static TO: HeaderName = HeaderName::from_static("roomgate-to");
@@ -145,8 +151,23 @@ impl HandoffClient {
             let resp =
                 self.client.request(req).await.map_err(|e| StepError::Failed { step: STEP, source: e.into() })?;
             let status = resp.status();
-            // Read to its end, so that the connection goes back to the pool.
-            let _ = resp.into_body().collect().await;
+            // Read to its end, so that the connection goes back to the pool, but no further
+            // than the bound: past it the connection is dropped instead.
+            let declared =
+                resp.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            let oversized = || StepError::Failed {
+                step: STEP,
+                source: format!("the answer is larger than {MAX_IMPORT_ANSWER} bytes").into(),
+            };
+            if declared.is_some_and(|n| n > MAX_IMPORT_ANSWER as u64) {
+                return Err(oversized());
+            }
+            if let Err(e) = Limited::new(resp.into_body(), MAX_IMPORT_ANSWER).collect().await {
+                return Err(match e.is::<http_body_util::LengthLimitError>() {
+                    true => oversized(),
+                    false => StepError::Failed { step: STEP, source: e },
+                });
+            }
             match status.is_success() {
                 true => Ok(()),
                 false => Err(StepError::Status { step: STEP, status }),
