@@ -71,6 +71,9 @@ pub enum ClientError {
     /// The client is told "not found", as for a path nothing serves.
     #[error("the path is under the hand-off endpoints, which clients never reach")]
     Reserved,
+    /// `CONNECT`: roomgate is a reverse proxy, never a tunnel to an address the client names.
+    #[error("CONNECT is not served: roomgate is not a forward proxy")]
+    Connect,
 }
 
 /// What went wrong with a request body, on the client's side.
@@ -114,6 +117,15 @@ pub enum BackendError {
     RoomMoving { room: String, waited: Duration },
 }
 
+impl From<crate::handshake::Refused> for ClientError {
+    fn from(r: crate::handshake::Refused) -> Self {
+        match r {
+            crate::handshake::Refused::Bad(why) => ClientError::BadHandshake(why),
+            crate::handshake::Refused::Connect => ClientError::Connect,
+        }
+    }
+}
+
 impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
@@ -130,6 +142,7 @@ impl ProxyError {
                 StatusCode::REQUEST_TIMEOUT
             }
             ProxyError::Client(ClientError::FirstMessageTimeout(_)) => StatusCode::REQUEST_TIMEOUT,
+            ProxyError::Client(ClientError::Connect) => StatusCode::METHOD_NOT_ALLOWED,
             ProxyError::Client(ClientError::FirstMessageTooLarge(_)) => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::Client(ClientError::HeadTooLarge { .. } | ClientError::TooManyHeaders { .. }) => {
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
@@ -219,6 +232,9 @@ pub fn respond(err: &ProxyError) -> Response<Bytes> {
         }
         ProxyError::Limit(_) | ProxyError::Backend(BackendError::RoomMoving { .. }) => {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        ProxyError::Client(ClientError::Connect) => {
+            headers.insert(header::ALLOW, HeaderValue::from_static("GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH"));
         }
         _ => {}
     }

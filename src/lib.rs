@@ -6,6 +6,7 @@
 //!   on them, through TLS on the TLS listeners ([`tls`]: certificates by SNI, reloaded in place).
 //! - [`proxy`]: the request path (route, room key, placement, forward or upgrade); HTTP/1.1 on
 //!   roomgate's own codec ([`h1`]: strict framing, pure), HTTP/2 and WebSocket handshakes on hyper.
+//! - [`handshake`]: whether a request is a WebSocket handshake, decided once per head (pure).
 //! - [`room_key`]: where a request carries its room, and what a valid key is (pure).
 //! - [`djust`]: djust's protocol as roomgate speaks it, for sockets routed by their mount frame (pure).
 //! - [`placement`]: rendezvous or ring placement over stable backend ids (pure).
@@ -40,6 +41,7 @@ pub mod error;
 pub mod fields;
 mod forwarded;
 pub mod h1;
+pub mod handshake;
 pub mod limits;
 mod lock;
 pub mod metrics;

@@ -9,6 +9,7 @@ use http::{Method, StatusCode, Uri, Version};
 
 use super::framing::{Framing, FramingError, framing};
 use crate::fields::is_visible;
+use crate::handshake::{Kind, Refused, classify};
 
 /// Most header lines a head may have before it is refused with 431; the configured
 /// `limits.max_headers` (at most this) is checked later, with a message that names it.
@@ -27,6 +28,10 @@ pub enum HeadError {
     Malformed(&'static str),
     #[error(transparent)]
     Framing(#[from] FramingError),
+    /// The fields that say whether it is a WebSocket handshake could be read two ways, or it is
+    /// a `CONNECT` (a request only).
+    #[error(transparent)]
+    Handshake(#[from] Refused),
 }
 
 /// A request head, as the request path reads it.
@@ -41,10 +46,9 @@ pub struct RequestHead {
     pub keep_alive: bool,
     /// `Expect: 100-continue`.
     pub expect_continue: bool,
-    /// A WebSocket handshake (`Connection: upgrade`, `Upgrade: websocket`) or a `CONNECT`: the
-    /// connection may change protocol, and is served by hyper instead. Any other `Upgrade` is a
-    /// hop-by-hop header like the others: removed, and the request served as a plain one.
-    pub upgrade: bool,
+    /// A WebSocket handshake or not: decided here, once, by [`crate::handshake::classify`], and
+    /// read from here by every later step (a head it refuses is never a `RequestHead`).
+    pub kind: Kind,
     /// The head as the client sent it (shared, not copied): what hyper reads again when the
     /// connection is handed over, and where [`RequestHead::fields`] are.
     pub raw: Bytes,
@@ -168,6 +172,8 @@ impl HeadError {
             HeadError::TooManyHeaders => "too many headers",
             HeadError::Malformed(why) => why,
             HeadError::Framing(f) => f.reason(),
+            HeadError::Handshake(Refused::Bad(why)) => why,
+            HeadError::Handshake(Refused::Connect) => "CONNECT is not served",
         }
     }
 }
@@ -205,19 +211,20 @@ pub fn parse_request(buf: &mut BytesMut, limit: usize) -> Result<Option<RequestH
         named(name).flat_map(|v| v.split(|&b| b == b',')).any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
     };
     let close = has(b"connection", b"close");
-    let upgrade = (has(b"connection", b"upgrade") && has(b"upgrade", b"websocket")) || method == Method::CONNECT;
     let expect_continue = named(b"expect").next().is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
-    Ok(Some(RequestHead {
+    let mut head = RequestHead {
         method,
         uri,
         version,
         framing,
         keep_alive: version == Version::HTTP_11 && !close,
         expect_continue,
-        upgrade,
+        kind: Kind::Plain,
         raw: head,
         fields,
-    }))
+    };
+    head.kind = classify(&head.method, head.version, &head)?;
+    Ok(Some(head))
 }
 
 /// Parses a response head at the start of `buf`, as [`parse_request`] does a request's.

@@ -66,7 +66,7 @@ fn heads_keep_what_follows() {
     let head = parse_request(&mut buf, 1024).unwrap().unwrap();
     assert_eq!(head.uri.path_and_query().unwrap().as_str(), "/a?b");
     assert_eq!(crate::fields::Fields::first(&head, "host"), Some(&b"x"[..]));
-    assert!(head.keep_alive && !head.upgrade);
+    assert!(head.keep_alive && head.kind == crate::handshake::Kind::Plain);
     assert_eq!(&buf[..], b"hiGET");
     assert!(matches!(parse_request(&mut BytesMut::from(&b"GET / HTTP/1.1\r\n"[..]), 1024), Ok(None)));
     let long = BytesMut::from(&b"GET / HTTP/1.1\r\nx: aaaaaaaaaaaaaaaa"[..]);

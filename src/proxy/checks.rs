@@ -1,13 +1,14 @@
 //! What a request head must be before it is routed: within the limits, one Host, not under the
-//! hand-off path, a route its decoding agrees with, and for a WebSocket handshake a GET without a
-//! body.
+//! hand-off path, a route its decoding agrees with, and the fields its key sources read in a form
+//! every reader reads alike. (Whether it is a WebSocket handshake is [`crate::handshake`]'s.)
 
 use ::http::Version;
 
 use super::{headers, reserved};
 use crate::config::{Config, Route};
 use crate::error::ClientError;
-use crate::fields::{Fields, Head};
+use crate::fields::{Fields, Head, is_visible};
+use crate::room_key::KeySource;
 
 /// Request heads over the configured limits get 431 (hyper itself cuts heads far over it); two
 /// Host headers, or none in an HTTP/1.1 request, 400; a path a backend could read as the hand-off
@@ -49,15 +50,20 @@ pub(super) fn route<'c>(config: &'c Config, path: &str) -> Result<(usize, &'c Ro
     Ok(found)
 }
 
-/// A WebSocket handshake is a GET with no body (RFC 6455 section 4.1). One that announces a body
-/// would hold the backend's connection waiting for bytes that never come.
-pub(super) fn check_handshake<F: Fields + ?Sized>(req: &Head<'_, F>) -> Result<(), ClientError> {
-    if *req.method != ::http::Method::GET {
-        return Err(ClientError::BadHandshake("a WebSocket handshake must be a GET"));
-    }
-    let f = req.fields;
-    if f.has("transfer-encoding") || f.values("content-length").any(|v| v != b"0") {
-        return Err(ClientError::BadHandshake("a WebSocket handshake carries no body"));
+/// The fields the route's key sources read (`header:`, `cookie:`, `host:`) must be visible ASCII,
+/// all of them, whichever source finds the key: a value one parser skips and another reads is
+/// how two readers come to two rooms. Checked before any source is read.
+pub(super) fn check_key_fields<F: Fields + ?Sized>(route: &Route, fields: &F) -> Result<(), ClientError> {
+    for source in &route.keys {
+        let name = match source {
+            KeySource::Header(name) => name.as_str(),
+            KeySource::Cookie(_) => "cookie",
+            KeySource::Host(_) => "host",
+            KeySource::Query(_) | KeySource::Path(_) | KeySource::Djust(_) => continue,
+        };
+        if !fields.values(name).all(is_visible) {
+            return Err(ClientError::BadHead("a byte that is not visible ASCII in a field a key source reads"));
+        }
     }
     Ok(())
 }

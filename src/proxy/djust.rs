@@ -9,12 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::header::{self, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::request::Parts;
-use http::{Response, StatusCode};
-use hyper::upgrade::OnUpgrade;
-use hyper_util::rt::TokioIo;
 use regex::Regex;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -55,52 +51,54 @@ struct Routed {
     backend: Arc<Backend>,
 }
 
-/// Answers the client's handshake with a 101 and starts the session in its own task. `parts`
-/// holds the client's request with hop-by-hop headers removed and forwarding headers set.
+/// A djust handshake roomgate answers itself: the 101 for the client, and the session that then
+/// runs on the client's socket.
+pub struct Accepted {
+    accept: HeaderValue,
+    session: Session,
+}
+
+/// Accepts the client's handshake (its head already classified a WebSocket handshake by
+/// [`crate::handshake::classify`]). `parts` holds the client's request with hop-by-hop headers
+/// removed and forwarding headers set: what the room's backend gets once the mount names it.
 pub fn accept(
     gateway: &Arc<Gateway>,
     parts: Parts,
-    client_upgrade: OnUpgrade,
     regex: Regex,
     on_missing: OnMissing,
     client: SocketAddr,
     holds: Holds,
-) -> Result<Response<Bytes>, ProxyError> {
+) -> Result<Accepted, ProxyError> {
     let h = &parts.headers;
     if h.get(header::SEC_WEBSOCKET_VERSION).is_none_or(|v| v.as_bytes() != b"13") {
         return Err(ClientError::BadHandshake("Sec-WebSocket-Version must be 13").into());
     }
     let key = h.get(header::SEC_WEBSOCKET_KEY).ok_or(ClientError::BadHandshake("no Sec-WebSocket-Key"))?;
-    if !is_handshake_key(key.as_bytes()) {
+    if !crate::handshake::is_handshake_key(key.as_bytes()) {
         return Err(ClientError::BadHandshake("Sec-WebSocket-Key is not 16 bytes in base64").into());
     }
     let accept = HeaderValue::try_from(derive_accept_key(key.as_bytes()))
         .map_err(|_| ClientError::BadHandshake("unusable Sec-WebSocket-Key"))?;
     let waiting = Waiting::enter(gateway)?;
-    let mut resp = Response::new(Bytes::new());
-    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let rh = resp.headers_mut();
-    rh.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    rh.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-    rh.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
     let session = Session { gateway: gateway.clone(), parts, regex, on_missing, client, waiting: Some(waiting), holds };
-    let span = tracing::info_span!("djust", %client, room = tracing::field::Empty);
-    tokio::spawn(
-        async move {
-            match client_upgrade.await {
-                Ok(io) => session.run(TokioIo::new(io)).await,
-                Err(e) => tracing::debug!(error = %e, "websocket upgrade did not complete"),
-            }
-        }
-        .instrument(span),
-    );
-    Ok(resp)
+    Ok(Accepted { accept, session })
 }
 
-/// `Sec-WebSocket-Key`: 16 bytes in base64 (RFC 6455 section 4.1), 24 characters.
-fn is_handshake_key(key: &[u8]) -> bool {
-    let b64 = |b: &u8| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/';
-    key.len() == 24 && key[..21].iter().all(b64) && matches!(key[21], b'A' | b'Q' | b'g' | b'w') && &key[22..] == b"=="
+impl Accepted {
+    /// The 101 that answers the handshake.
+    pub fn response(&self) -> HeaderMap {
+        let mut h = HeaderMap::with_capacity(3);
+        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert(header::SEC_WEBSOCKET_ACCEPT, self.accept.clone());
+        h
+    }
+
+    /// Runs the session on the client's socket (the 101 sent), in a task of its own.
+    pub fn start<C: AsyncRead + AsyncWrite + Unpin + Send + 'static>(self, client_io: C) {
+        let span = tracing::info_span!("djust", client = %self.session.client, room = tracing::field::Empty);
+        tokio::spawn(self.session.run(client_io).instrument(span));
+    }
 }
 
 /// A djust socket waiting for its first message, counted against `limits.max_pending_sockets`:

@@ -31,14 +31,14 @@ pub use body::ResponseBody;
 pub use moving::{MoveGuard, Moving};
 pub use upload::RequestBody;
 
-use self::checks::{check_handshake, check_head, route};
+use self::checks::{check_head, check_key_fields, route};
 use self::http::Upstream;
-use self::upgrade::TunnelSpec;
 use crate::backends::Backend;
 use crate::config::{Config, OnMissing, Route, RouteMode};
 use crate::directory::{Presence, RoomDirectory, Use};
 use crate::error::{BackendError, ClientError, ProxyError, respond};
 use crate::fields::{Fields, Head};
+use crate::handshake::{self, Kind};
 use crate::limits::{self, Admission, Holds};
 use crate::metrics::{Metrics, RequestLabels};
 use crate::relay::{TunnelOptions, Tunnels};
@@ -101,6 +101,10 @@ struct Target {
     room: Option<String>,
     /// The affinity cookie to set on the response.
     set_cookie: Option<HeaderValue>,
+    /// A WebSocket on a route with a `djust:` source: its page watch's regex. Every socket there
+    /// is watched, whichever source placed it, so that no mount of another room's page reaches
+    /// this backend.
+    watch: Option<regex::Regex>,
 }
 
 impl Gateway {
@@ -183,47 +187,34 @@ impl Gateway {
         resp
     }
 
+    /// hyper's path: HTTP/2 requests. A WebSocket handshake is HTTP/1.1, on roomgate's codec
+    /// ([`h1`]); one over HTTP/2 (RFC 8441) is not served.
     async fn proxy(
         self: &Arc<Self>,
         snap: &Snapshot,
-        mut req: Request<Incoming>,
+        req: Request<Incoming>,
         conn: Conn,
         record: &mut Option<Box<AccessRecord>>,
         route_label: &mut Arc<str>,
         backend_label: &mut Arc<str>,
     ) -> Result<Response<ResponseBody>, ProxyError> {
-        let client = conn.client;
         let config = &snap.config;
-        let (target, mut holds) =
-            match self.prepare(snap, &Head::from(&req), conn, record, route_label, backend_label).await? {
+        let kind = handshake::classify(req.method(), req.version(), req.headers()).map_err(ClientError::from)?;
+        if kind == Kind::WebSocket {
+            return Err(ClientError::BadHandshake("a WebSocket handshake must be HTTP/1.1").into());
+        }
+        let (target, holds) =
+            match self.prepare(snap, &Head::from(&req), kind, conn, record, route_label, backend_label).await? {
                 Prepared::Send { target, holds } => (target, holds),
-                Prepared::Djust { regex, on_missing, forwarded } => {
-                    let client_upgrade = hyper::upgrade::on(&mut req);
-                    let (mut parts, _body) = req.into_parts();
-                    prepare_forward(&mut parts, conn, config);
-                    let holds = Holds { conn: parts.extensions.remove(), addr: forwarded, backend: None };
-                    let resp = djust::accept(self, parts, client_upgrade, regex, on_missing, client, holds)?;
-                    return Ok(resp.map(ResponseBody::local));
-                }
+                Prepared::Djust { .. } => return Err(ClientError::NoRoute.into()),
             };
-        let websocket = headers::is_websocket_upgrade(req.headers());
-        let client_upgrade = websocket.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         prepare_forward(&mut parts, conn, config);
-
         let started = Instant::now();
-        let result = match client_upgrade {
-            Some(client_upgrade) => {
-                holds.conn = parts.extensions.remove();
-                self.upgrade(parts, client_upgrade, &target, client, config, holds).await
-            }
-            None => self.forward(parts, body, &target, holds, record, config).await?,
-        };
+        let result = self.forward(parts, body, &target, holds, record, config).await?;
         self.observe_backend(snap, &target.backend, result.as_ref().map(|_| ()), started);
         let mut resp = result?;
-        if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-            headers::remove_hop_by_hop(resp.headers_mut());
-        }
+        headers::remove_hop_by_hop(resp.headers_mut());
         if let Some(cookie) = target.set_cookie {
             resp.headers_mut().append(header::SET_COOKIE, cookie);
         }
@@ -232,11 +223,13 @@ impl Gateway {
 
     /// The steps every request takes before anything is sent, on every protocol: the head's
     /// checks, the route, the forwarded-address limit, the backend (the room's owner or the
-    /// shared pool) and a connection slot on it.
+    /// shared pool) and a connection slot on it. `kind`: what the head's one reading decided.
+    #[allow(clippy::too_many_arguments)]
     async fn prepare<F: Fields + Sync + ?Sized>(
         &self,
         snap: &Snapshot,
         req: &Head<'_, F>,
+        kind: Kind,
         conn: Conn,
         record: &mut Option<Box<AccessRecord>>,
         route_label: &mut Arc<str>,
@@ -245,13 +238,11 @@ impl Gateway {
         let client = conn.client;
         let config = &snap.config;
         check_head(req, config)?;
-        let websocket = headers::is_websocket_upgrade(req.fields);
-        if websocket {
-            check_handshake(req)?;
-        }
+        let websocket = kind == Kind::WebSocket;
         let forwarded = (self.admission.admit_forwarded(client.ip(), req.fields, config))
             .map_err(|e| limits::refused(&self.metrics, e, &client))?;
         let (route_index, route) = route(config, req.uri.path())?;
+        check_key_fields(route, req.fields)?;
         *route_label = snap.route_labels[route_index].clone();
         let secure = is_secure(req, conn, config);
         let Some(target) = self.choose(snap, route, req, secure, websocket).await? else {
@@ -283,7 +274,7 @@ impl Gateway {
     ) -> Result<Option<Target>, ProxyError> {
         let shared = || -> Result<Option<Target>, ProxyError> {
             let backend = snap.next_shared().ok_or(BackendError::NoBackends)?.clone();
-            Ok(Some(Target { backend, room: None, set_cookie: None }))
+            Ok(Some(Target { backend, room: None, set_cookie: None, watch: None }))
         };
         if route.mode == RouteMode::Shared {
             return shared();
@@ -309,38 +300,8 @@ impl Gateway {
         let key = found.key.as_str();
         let backend = self.owner(snap, key, websocket).await?;
         let set_cookie = route.affinity_cookie.as_deref().and_then(|name| affinity_cookie(req, name, key, secure));
-        Ok(Some(Target { backend, room: Some(key.to_owned()), set_cookie }))
-    }
-
-    /// Sends a WebSocket handshake to the target; the tunnel starts on the backend's 101.
-    async fn upgrade(
-        self: &Arc<Self>,
-        mut parts: Parts,
-        client_upgrade: hyper::upgrade::OnUpgrade,
-        target: &Target,
-        client: SocketAddr,
-        config: &Config,
-        holds: Holds,
-    ) -> Result<Response<ResponseBody>, BackendError> {
-        headers::set_websocket_upgrade(&mut parts.headers);
-        parts.version = Version::HTTP_11;
-        if let Some(pq) = parts.uri.path_and_query().cloned() {
-            parts.uri = pq.into();
-        }
-        parts.extensions = Default::default();
-        let spec = TunnelSpec { client, room: target.room.clone(), backend: target.backend.clone(), holds };
-        // Counted in its room while it is on its way (a move waits for it), until its socket is.
-        let _handshake = self.presence(target, Use::Request);
-        let resp = upgrade::forward(
-            self,
-            Request::from_parts(parts, ()),
-            client_upgrade,
-            spec,
-            config.timeouts.connect,
-            config.timeouts.upstream_response,
-        )
-        .await?;
-        Ok(resp.map(ResponseBody::upstream))
+        let watch = route.djust().filter(|_| websocket).cloned();
+        Ok(Some(Target { backend, room: Some(key.to_owned()), set_cookie, watch }))
     }
 }
 

@@ -1,5 +1,6 @@
-//! WebSocket handshakes: the upgrade goes to the room's backend on a connection of its own; on
-//! its 101 both upgraded connections are handed to a tunnel.
+//! What every WebSocket tunnel shares: a backend's 101 checked against the handshake, the
+//! handshake to a backend over hyper's client (djust sockets), and a tunnel's registration and
+//! relay once both sides are upgraded.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -7,16 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header;
 
 use crate::fields::{Fields, has_token};
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use http_body_util::Empty;
-use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tracing::Instrument;
 
 use super::Gateway;
 use super::access;
@@ -35,44 +33,6 @@ pub struct TunnelSpec {
     pub backend: Arc<Backend>,
     /// Its client connection, forwarded client and backend slot, counted until it ends.
     pub holds: Holds,
-}
-
-/// Sends the handshake `req` (headers already prepared) to the backend. Returns the backend's
-/// answer: a 101 that completes this handshake, after which the tunnel runs in its own task, or a
-/// refusal, passed on as is. A 101 that is not a WebSocket's for this handshake is the backend's
-/// failure (502): no tunnel starts on it.
-pub async fn forward(
-    gateway: &Arc<Gateway>,
-    req: Request<()>,
-    client_upgrade: OnUpgrade,
-    spec: TunnelSpec,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-) -> Result<Response<hyper::body::Incoming>, BackendError> {
-    let key = req.headers().get(header::SEC_WEBSOCKET_KEY).cloned();
-    let mut resp = open(&spec.backend, req, connect_timeout, response_timeout).await?;
-    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-        let rsv = accepted(resp.headers(), key.as_ref().map(http::HeaderValue::as_bytes))
-            .map_err(|why| BackendError::BadUpgrade { backend: spec.backend.id.to_string(), why })?;
-        let backend_upgrade = hyper::upgrade::on(&mut resp);
-        let held = hold(gateway, &spec).await;
-        let opts = gateway.tunnel_options(rsv);
-        let span = tracing::info_span!("tunnel", room = spec.room.as_deref(), backend = %spec.backend.id);
-        // Waits for both upgrades, then hands the tunnel to a task of its own, so that the
-        // long-lived task holds only the relay.
-        tokio::spawn(async move {
-            match tokio::join!(client_upgrade, backend_upgrade) {
-                (Ok(c), Ok(b)) => {
-                    tokio::spawn(run(TokioIo::new(c), TokioIo::new(b), held, spec, opts, None).instrument(span));
-                }
-                (c, b) => {
-                    let error = c.err().or(b.err()).map(|e| e.to_string());
-                    span.in_scope(|| tracing::debug!(error, "websocket upgrade did not complete"));
-                }
-            }
-        });
-    }
-    Ok(resp)
 }
 
 /// Checks that a backend's 101 completes the WebSocket handshake whose `Sec-WebSocket-Key` was

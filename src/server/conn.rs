@@ -13,9 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, header};
-use hyper::body::Incoming;
-use hyper::server::conn::{http1, http2};
+use hyper::server::conn::http2;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
@@ -25,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::limits::{ConnTicket, hold_body};
-use crate::proxy::h1::{self, Rewind, Served};
+use crate::proxy::h1::{self, Rewind};
 use crate::proxy::{Conn, Gateway, Scheme};
 
 /// The HTTP/2 connection preface a client with prior knowledge opens with (h2c).
@@ -42,7 +40,6 @@ enum Proto {
 
 /// How connections are served: hyper's builders and the connection timers.
 pub(super) struct Protocols {
-    h1: http1::Builder,
     h2: http2::Builder<TokioExecutor>,
     /// For the TLS handshake and the first bytes of a plain connection; an HTTP/2 connection
     /// with no new request for this long is closed too (like an idle HTTP/1.1 keep-alive one).
@@ -55,12 +52,6 @@ impl Protocols {
         // roomgate checks the configured limits itself, to answer with a body that says why;
         // hyper's own limits are a backstop against far larger heads.
         let head_backstop = limits.max_request_head.saturating_mul(2).max(16 * 1024) + 16 * 1024;
-        let mut h1 = http1::Builder::new();
-        h1.timer(TokioTimer::new())
-            .header_read_timeout(config.timeouts.request_head)
-            .keep_alive(true)
-            .max_headers(limits.max_headers.saturating_mul(2).max(100))
-            .max_buf_size(head_backstop);
         let mut h2 = http2::Builder::new(TokioExecutor::new());
         h2.timer(TokioTimer::new())
             .max_concurrent_streams(MAX_STREAMS)
@@ -69,7 +60,7 @@ impl Protocols {
             // unless timeouts.request_head is long).
             .keep_alive_interval(Duration::from_secs(30))
             .keep_alive_timeout(Duration::from_secs(10));
-        Protocols { h1, h2, idle: config.timeouts.request_head }
+        Protocols { h2, idle: config.timeouts.request_head }
     }
 }
 
@@ -155,8 +146,8 @@ async fn sniff(mut stream: TcpStream) -> std::io::Result<Option<(Proto, Bytes, T
     Ok(Some((proto, Bytes::copy_from_slice(&head[..len]), stream)))
 }
 
-/// Serves a connection whose first bytes, already read, are `first`. HTTP/1.1 is roomgate's own
-/// path until a request asks to change protocols; then hyper's server takes the connection over.
+/// Serves a connection whose first bytes, already read, are `first`: HTTP/1.1 on roomgate's own
+/// codec, every request of it (WebSocket handshakes included); HTTP/2 on hyper's server.
 #[allow(clippy::too_many_arguments)]
 async fn serve<I>(
     io: I,
@@ -172,28 +163,8 @@ async fn serve<I>(
 {
     let result = match proto {
         Proto::Http1 => {
-            let io = match h1::serve(&gateway, io, &first, conn, &ticket, protocols.idle, &stop).await {
-                Served::Closed => return,
-                Served::Hyper(io) => io,
-            };
-            let service = service_fn(move |mut req: Request<Incoming>| {
-                // A request that may become a WebSocket carries the connection's ticket into
-                // its tunnel, which outlives this connection's task.
-                if req.headers().contains_key(header::UPGRADE) {
-                    req.extensions_mut().insert(ticket.clone());
-                }
-                let gateway = gateway.clone();
-                async move { Ok::<_, Infallible>(hold_body(gateway.handle(req, conn).await)) }
-            });
-            let c = protocols.h1.serve_connection(TokioIo::new(io), service).with_upgrades();
-            tokio::pin!(c);
-            tokio::select! {
-                result = c.as_mut() => result,
-                () = stop.cancelled() => {
-                    c.as_mut().graceful_shutdown();
-                    c.await
-                }
-            }
+            h1::serve(&gateway, io, &first, conn, &ticket, protocols.idle, &stop).await;
+            return;
         }
         Proto::Http2 => {
             let _ticket = ticket;

@@ -1,9 +1,8 @@
 //! roomgate's own HTTP/1.1 path for client connections (plain and TLS): heads read with the
 //! codec in [`crate::h1`], plain requests forwarded in their own task on pooled backend
 //! connections, requests served in order (pipelined ones included), keep-alive and graceful
-//! shutdown. A request that may change the connection's protocol (`Upgrade`, `CONNECT`) hands
-//! the connection, with every byte read so far, to hyper's server, which serves the WebSocket
-//! path as before.
+//! shutdown, and WebSocket handshakes (djust sockets included), each decided once by the codec's
+//! reading of its head ([`crate::handshake`]). No connection is handed to another parser.
 
 mod body;
 mod exchange;
@@ -16,7 +15,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
@@ -24,19 +22,11 @@ use tokio_util::sync::CancellationToken;
 use self::body::Side;
 use self::exchange::Next;
 pub use self::rewind::Rewind;
-use self::upgrade::Upgraded;
 use super::{Conn, Gateway};
 use crate::error::{ClientError, ProxyError};
 use crate::h1::{HeadError, RequestHead, parse_request};
+use crate::handshake::Kind;
 use crate::limits::ConnTicket;
-
-/// How a connection left roomgate's HTTP/1 path.
-pub enum Served<I> {
-    /// It is over.
-    Closed,
-    /// Hand it to hyper: the bytes read from it so far come first.
-    Hyper(Rewind<I>),
-}
 
 /// Serves HTTP/1.1 on `io` (whose first bytes, read already, are `first`) until the client
 /// leaves, a request closes the connection, no request head comes within `idle`, or `stop`
@@ -50,8 +40,7 @@ pub async fn serve<I>(
     ticket: &ConnTicket,
     idle: Duration,
     stop: &CancellationToken,
-) -> Served<I>
-where
+) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let mut client = Side::new(io, first);
@@ -69,29 +58,14 @@ where
                 break;
             }
         };
-        if head.upgrade && upgrade::is_ours(&head) {
-            return match gateway.upgrade_h1(head, client, conn, ticket.clone()).await {
-                Upgraded::Done => Served::Closed,
-                Upgraded::Hyper(held) => hand_over(held.0, &held.1),
-            };
-        }
-        if head.upgrade {
-            return hand_over(client, &head);
+        if head.kind == Kind::WebSocket {
+            return gateway.upgrade_h1(head, client, conn, ticket.clone()).await;
         }
         if gateway.serve_h1(head, &mut client, conn, stop).await == Next::Close || stop.is_cancelled() {
             break;
         }
     }
     let _ = client.io.shutdown().await;
-    Served::Closed
-}
-
-/// Hands the connection to hyper: the head, then what followed it, are read again.
-fn hand_over<I>(client: Side<I>, head: &RequestHead) -> Served<I> {
-    let mut rest = BytesMut::with_capacity(head.raw.len() + client.buf.len());
-    rest.extend_from_slice(&head.raw);
-    rest.extend_from_slice(&client.buf);
-    Served::Hyper(Rewind::new(rest.freeze(), client.io))
 }
 
 /// Most bytes a head may take before it is refused with 431: twice the configured limit (which
@@ -141,6 +115,7 @@ async fn refuse<I: AsyncRead + AsyncWrite + Unpin>(gateway: &Gateway, client: &m
         HeadError::TooManyHeaders => {
             ClientError::TooManyHeaders { count: crate::h1::head::MAX_HEADERS + 1, limit: limits.max_headers }.into()
         }
+        HeadError::Handshake(refused) => ClientError::from(refused).into(),
         HeadError::Malformed(_) | HeadError::Framing(_) => ClientError::BadHead(e.reason()).into(),
     };
     exchange::write_error(client, &err, None, conn, false).await;

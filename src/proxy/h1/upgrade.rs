@@ -1,13 +1,17 @@
 //! WebSocket handshakes on roomgate's HTTP/1 path: the handshake written to the room's backend
 //! on a connection of its own, its answer parsed here, and the tunnel started only on a 101 that
 //! completes this handshake. Both sides' bytes read past the heads go into the tunnel first.
-//! djust sockets (their room is in their first message) are served by hyper's path.
+//! djust sockets (their room is in their first message) are answered here and routed by their
+//! mount; every socket on a route with a `djust:` source, whichever source placed it, relays
+//! with the page watch.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{StatusCode, Version};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::request::Parts;
+use http::{Request, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::Instrument;
 
@@ -18,70 +22,96 @@ use super::pool::UpConn;
 use super::rewind::Rewind;
 use crate::backends::Backend;
 use crate::directory::Use;
-use crate::error::{BackendError, ProxyError};
+use crate::error::{BackendError, ClientError, ProxyError};
 use crate::fields::Fields;
 use crate::h1::{Framing, RequestHead, ResponseHead, parse_response, write};
 use crate::limits::{ConnTicket, Holds};
 use crate::metrics::RequestLabels;
+use crate::proxy::djust::{self, Accepted};
 use crate::proxy::upgrade::{TunnelSpec, accepted, hold, run};
 use crate::proxy::{Conn, Gateway, Prepared, Target, access_record};
+use crate::relay::watch::NavWatch;
 use crate::snapshot::Snapshot;
 
 /// Most bytes of a backend's answer to a handshake.
 const MAX_HANDSHAKE_HEAD: usize = 64 * 1024;
 
-/// What became of a handshake.
-pub enum Upgraded<I> {
-    /// The tunnel runs (or the handshake was answered): the connection is no longer served here.
-    Done,
-    /// Served by hyper's path (a djust socket): the connection, with its bytes, goes there.
-    Hyper(Box<(Side<I>, RequestHead)>),
-}
-
 impl Gateway {
-    /// Serves a WebSocket handshake whose head is `head`.
+    /// Serves a WebSocket handshake whose head is `head` (classified one by the codec): the
+    /// tunnel runs in a task of its own, or the client is answered; either way the connection is
+    /// no longer served here.
     pub(crate) async fn upgrade_h1<I>(
         self: &Arc<Self>,
         head: RequestHead,
         mut client: Side<I>,
         conn: Conn,
         ticket: ConnTicket,
-    ) -> Upgraded<I>
-    where
+    ) where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let snap = self.snapshot.load();
         let mut record = access_record(&snap.config, conn.client, &head.method, head.uri.path());
         let (mut route, mut backend) = (self.none.clone(), self.none.clone());
         let view = head.view();
-        let (target, holds) = match self.prepare(&snap, &view, conn, &mut record, &mut route, &mut backend).await {
-            Ok(Prepared::Send { target, holds }) => (target, holds),
-            Ok(Prepared::Djust { .. }) => return Upgraded::Hyper(Box::new((client, head))),
+        let prepared = self.prepare(&snap, &view, head.kind, conn, &mut record, &mut route, &mut backend).await;
+        let status = match prepared {
+            Ok(Prepared::Send { target, holds }) => {
+                let holds = Holds { conn: Some(ticket), ..holds };
+                match self.handshake(&snap, &head, &target, holds, client, conn).await {
+                    Ok(status) => status,
+                    Err((err, mut client)) => {
+                        write_error(&mut client, &err, record.take(), conn, false).await;
+                        err.status()
+                    }
+                }
+            }
+            Ok(Prepared::Djust { regex, on_missing, forwarded }) => {
+                let holds = Holds { conn: Some(ticket), addr: forwarded, backend: None };
+                match self.accept_djust(&snap, &head, regex, on_missing, holds, conn) {
+                    Ok(accepted) => match write_101(&mut client, &accepted.response()).await {
+                        Ok(()) => {
+                            let rest = Bytes::copy_from_slice(&client.buf);
+                            accepted.start(Rewind::new(rest, client.io));
+                            StatusCode::SWITCHING_PROTOCOLS
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "client left during its handshake");
+                            StatusCode::SWITCHING_PROTOCOLS
+                        }
+                    },
+                    Err(err) => {
+                        write_error(&mut client, &err, record.take(), conn, false).await;
+                        err.status()
+                    }
+                }
+            }
             Err(err) => {
-                let status = err.status();
                 write_error(&mut client, &err, record.take(), conn, false).await;
-                self.metrics.request(&RequestLabels { route, status: status.as_u16(), backend });
-                return Upgraded::Done;
+                err.status()
             }
         };
-        let holds = Holds { conn: Some(ticket), ..holds };
-        let status = match self.handshake(&snap, &head, &target, holds, client, conn).await {
-            Ok(status) => status,
-            Err((err, mut client)) => {
-                let status = err.status();
-                let log = record.take();
-                write_error(&mut client, &err, log, conn, false).await;
-                status
-            }
-        };
-        if let Some(r) = record.as_mut() {
+        if let Some(mut r) = record {
             r.status = status.as_u16();
-        }
-        if let Some(r) = record {
             r.emit(true);
         }
         self.metrics.request(&RequestLabels { route, status: status.as_u16(), backend });
-        Upgraded::Done
+    }
+
+    /// A djust socket: roomgate answers its handshake and reads its first message. The request
+    /// the room's backend gets later is this head, as a header map built from its lines (the
+    /// same bytes, not read again by another parser), with this hop's fields set.
+    fn accept_djust(
+        self: &Arc<Self>,
+        snap: &Snapshot,
+        head: &RequestHead,
+        regex: regex::Regex,
+        on_missing: crate::config::OnMissing,
+        holds: Holds,
+        conn: Conn,
+    ) -> Result<Accepted, ProxyError> {
+        let mut parts = parts_of(head)?;
+        crate::proxy::prepare_forward(&mut parts, conn, &snap.config);
+        djust::accept(self, parts, regex, on_missing, conn.client, holds)
     }
 
     /// Sends the handshake and answers the client: a tunnel on a valid 101, the backend's refusal
@@ -101,6 +131,12 @@ impl Gateway {
     {
         let key = head.first("sec-websocket-key");
         let out = forward::for_backend(head, conn, &snap.config, Framing::Length(0), true);
+        // A watched socket's frames are read, so they must not be compressed: no extension is
+        // offered to its backend.
+        let out = match target.watch {
+            Some(_) => without_extensions(&out),
+            None => out,
+        };
         let backend = &target.backend;
         let t = &snap.config.timeouts;
         // Counted in its room while on its way (a move waits for it), until its socket is.
@@ -117,6 +153,10 @@ impl Gateway {
             }
             let rsv = accepted(&resp, key)
                 .map_err(|why| BackendError::BadUpgrade { backend: backend.id.to_string(), why })?;
+            if rsv != 0 && target.watch.is_some() {
+                let why = "its 101 accepts an extension never offered";
+                return Err(BackendError::BadUpgrade { backend: backend.id.to_string(), why });
+            }
             Ok((up, resp, Some(rsv)))
         });
         self.observe_backend(snap, backend, checked.as_ref().map(|_| ()), started);
@@ -144,7 +184,11 @@ impl Gateway {
         let client_io = Rewind::new(Bytes::copy_from_slice(&client.buf), client.io);
         let backend_io = Rewind::new(Bytes::copy_from_slice(&up.side.buf), up.side.io);
         // Boxed, as connections are (`server`): the task moves a pointer, not the tunnel's state.
-        tokio::spawn(Box::pin(run(client_io, backend_io, held, spec, opts, None).instrument(span)));
+        let watch = target.watch.clone().map(|regex| {
+            let limit = snap.config.limits.max_first_message;
+            NavWatch::new(regex, spec.room.as_deref(), limit, self.metrics.djust_counter("navigated"))
+        });
+        tokio::spawn(Box::pin(run(client_io, backend_io, held, spec, opts, watch).instrument(span)));
         Ok(resp.status)
     }
 }
@@ -197,8 +241,37 @@ async fn send_handshake(
     }
 }
 
-/// Whether a handshake is served on this path: an HTTP/1.1 one that is not a `CONNECT` (those,
-/// and HTTP/1.0 ones, are hyper's to answer, as before).
-pub fn is_ours(head: &RequestHead) -> bool {
-    head.version == Version::HTTP_11 && head.method != http::Method::CONNECT
+/// Writes the 101 roomgate answers a djust handshake with.
+async fn write_101<I: AsyncRead + AsyncWrite + Unpin>(client: &mut Side<I>, fields: &HeaderMap) -> std::io::Result<()> {
+    write::response_head(&mut client.out, StatusCode::SWITCHING_PROTOCOLS, fields, false, false);
+    client.flush().await
+}
+
+/// The client's request as a header map, from the lines the codec read: each name and value as
+/// it came (both were checked as HTTP allows them, so neither fails here but by a bug, answered
+/// with 400).
+fn parts_of(head: &RequestHead) -> Result<Parts, ClientError> {
+    let mut req = Request::new(());
+    *req.method_mut() = head.method.clone();
+    *req.uri_mut() = head.uri.clone();
+    *req.version_mut() = head.version;
+    let headers = req.headers_mut();
+    for (name, value) in head.fields() {
+        let name = HeaderName::from_bytes(name).map_err(|_| ClientError::BadHead("invalid header name"))?;
+        let value = HeaderValue::from_bytes(value).map_err(|_| ClientError::BadHead("invalid header value"))?;
+        headers.append(name, value);
+    }
+    Ok(req.into_parts().0)
+}
+
+/// A backend's handshake head less its `Sec-WebSocket-Extensions` lines.
+fn without_extensions(head: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(head.len());
+    for line in head.split_inclusive(|&b| b == b'\n') {
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        if !name.eq_ignore_ascii_case(b"sec-websocket-extensions") {
+            out.extend_from_slice(line);
+        }
+    }
+    out
 }
