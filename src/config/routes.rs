@@ -54,9 +54,20 @@ impl Validator<'_> {
             }
             RouteMode::Room => {
                 let last = r.keys.len().saturating_sub(1);
-                r.keys.iter().take(last).find(|k| k.get_ref().0.kind() == SourceKind::Djust).map(|k| {
+                let djust = r.keys.last().is_some_and(|k| k.get_ref().0.kind() == SourceKind::Djust);
+                let misplaced = r.keys.iter().take(last).find(|k| k.get_ref().0.kind() == SourceKind::Djust).map(|k| {
                     (k.span(), "keys: a djust: source must come last (it reads the first WebSocket message, after every other source was tried)")
-                })
+                });
+                // Every socket of a djust route is watched: a page of another room than the one
+                // its source placed it in closes it (1012) to reconnect. A cookie (shared by a
+                // browser's tabs in two rooms) or a host name (not in the page's path) would place
+                // it by the same key again, and it would reconnect for ever.
+                let unsafe_source = || {
+                    r.keys.iter().filter(|_| djust).find(|k| matches!(k.get_ref().0.kind(), SourceKind::Cookie | SourceKind::Host)).map(|k| {
+                        (k.span(), "keys: a route with a djust: source cannot also take the room from a cookie: or host: source (a socket placed by one for another room than its page would be closed and placed there again on every reconnect); use query:, header: or path:, or a route of its own")
+                    })
+                };
+                misplaced.or_else(unsafe_source)
             }
             RouteMode::Shared => {
                 if let Some(key) = r.keys.first() {

@@ -135,6 +135,14 @@ fn route_rules() {
             "must come last",
         ),
         ("[[routes]]\nprefix = \"/ws/\"\nmode = \"room\"\nkeys = [\"djust:^/r/(\\\\d+)\"]\n", "named group `room`"),
+        (
+            "[[routes]]\nprefix = \"/ws/\"\nmode = \"room\"\nkeys = [\"cookie:r\", \"djust:^/r/(?P<room>\\\\d+)\"]\n",
+            "cannot also take the room from a cookie",
+        ),
+        (
+            "[[routes]]\nprefix = \"/ws/\"\nmode = \"room\"\nkeys = [\"host:^(?P<room>[a-z]+)\\\\.\", \"djust:^/r/(?P<room>\\\\d+)\"]\n",
+            "cannot also take the room from a cookie",
+        ),
         ("[[routes]]\nprefix = \"/\"\nmode = \"lobby\"\n", "lobby"),
         ("", "no routes"),
     ];
