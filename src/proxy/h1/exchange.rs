@@ -43,6 +43,9 @@ struct Ask {
     head_request: bool,
     http10: bool,
     keep_alive: bool,
+    /// The method is idempotent (RFC 9110 section 9.2.2), so the request may be sent again
+    /// when a reused connection closes before the answer.
+    idempotent: bool,
 }
 
 impl Gateway {
@@ -66,15 +69,16 @@ impl Gateway {
             head_request: head.method == Method::HEAD,
             http10: head.version == Version::HTTP_10,
             keep_alive: head.keep_alive,
+            idempotent: is_idempotent(&head.method),
         };
         let view = head.view();
         let (mut route, mut backend) = (self.none.clone(), self.none.clone());
-        let prepared = self.prepare(&snap, &view, head.kind, conn, &mut record, &mut route, &mut backend).await;
+        let prepared = self.prepare(&snap, &view, conn, &mut record, &mut route, &mut backend).await;
         let result = match prepared {
             Ok(Prepared::Send { target, holds }) => {
                 self.exchange(&snap, &head, &ask, &target, holds, client, conn, &mut record, stop).await
             }
-            // Only a WebSocket handshake waits for its first message, and those are upgrade_h1's.
+            // Only a WebSocket handshake waits for its first message, and those go to hyper.
             Ok(Prepared::Djust { .. }) => Err(ClientError::NoRoute.into()),
             Err(e) => Err(e),
         };
@@ -138,7 +142,15 @@ impl Gateway {
             let reused = up.reused;
             match exchange_on(&mut up, &head, ask, &upload, client, t.upstream_response, &mut on_head).await {
                 Ok(done) => break (up, done),
-                Err(Failure::Stale) if reused && ask.framing == Framing::Length(0) => continue,
+                // A reused connection the backend closed as the request came may have carried
+                // it: the backend may have acted on it before closing. Only a request that may
+                // take effect twice is sent again (RFC 9110 section 9.2.2).
+                Err(Failure::Stale) if reused && ask.idempotent && ask.framing == Framing::Length(0) => continue,
+                // The pool's race with the backend's own keep-alive timeout, not a sign of a
+                // broken backend: answered 502, not counted against its health.
+                Err(Failure::Stale) if reused => {
+                    return Err(Failure::Stale.into_backend(backend, t.upstream_response).into());
+                }
                 Err(Failure::Client(problem)) => return Err(ClientError::Body(problem).into()),
                 Err(Failure::Refused(e)) => return Err(e.into()),
                 Err(failure) => {
@@ -342,6 +354,12 @@ where
         }
     };
     Ok(done(&resp, plan, relayed, body == Some(true), sent))
+}
+
+/// GET, HEAD, OPTIONS, TRACE, PUT and DELETE: sending one twice has the effect of sending it
+/// once (RFC 9110 section 9.2.2).
+fn is_idempotent(method: &Method) -> bool {
+    [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE, Method::PUT, Method::DELETE].contains(method)
 }
 
 /// Tells a client that waits for a word before it sends its body to go on (`Expect:
