@@ -7,6 +7,7 @@ mod decode;
 
 pub use decode::unquote;
 mod read;
+pub use read::host_agrees;
 
 use std::borrow::Cow;
 use std::fmt;

@@ -201,3 +201,17 @@ async fn http2_reads_the_same_rules() {
     assert_eq!(reached(&backends), 0);
     assert_eq!(status("/room/1/", "x-other", b"caf\xc3\xa9").await, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absolute_target_and_host_must_name_one_host_on_every_route() {
+    let (backends, proxy) = setup(1).await;
+    // The shared route reads no host, yet the backend would see Host: rooms.test for a request
+    // whose target (which RFC 9112 section 3.2.2 says wins) names another.
+    let head = b"GET http://other.example/x HTTP/1.1\r\nHost: rooms.test";
+    assert_eq!(status_of(&proxy, head).await, 400);
+    let head = b"GET http://other.example/room/1/ HTTP/1.1\r\nHost: rooms.test";
+    assert_eq!(status_of(&proxy, head).await, 400);
+    assert_eq!(reached(&backends), 0);
+    let head = b"GET http://Rooms.Test:80/x HTTP/1.1\r\nHost: rooms.test";
+    assert_eq!(status_of(&proxy, head).await, 200);
+}

@@ -28,6 +28,13 @@ pub(super) fn check_head<F: Fields + ?Sized>(req: &Head<'_, F>, config: &Config)
     match (hosts.next(), hosts.next()) {
         (_, Some(_)) => return Err(ClientError::BadHead("two Host headers")),
         (None, None) if req.version == Version::HTTP_11 => return Err(ClientError::BadHead("no Host header")),
+        (Some(host), None) => {
+            if let Some(authority) = req.uri.authority()
+                && !crate::room_key::host_agrees(authority, host, req.uri.scheme_str())
+            {
+                return Err(ClientError::BadHead("the request target's authority and Host disagree"));
+            }
+        }
         _ => {}
     }
     if reserved::is_reserved(req.uri.path(), config.handoff_path()) {

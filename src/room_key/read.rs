@@ -250,6 +250,13 @@ fn host<'a, F: Fields + ?Sized>(req: &RequestView<'a, F>, head: &mut Head) -> Re
     Ok(Some(found))
 }
 
+/// Whether a request's `Host` line (`host`, as it came) names its absolute-form target's
+/// authority. RFC 9112 section 3.2.2: the target's authority wins, so a backend that reads `Host`
+/// would see another host than roomgate routed by.
+pub fn host_agrees(authority: &Authority, host: &[u8], scheme: Option<&str>) -> bool {
+    value_text(host).is_some_and(|text| !text.contains(',') && same_host(authority, text, scheme))
+}
+
 /// Whether the `Host` header names the target's host and port (ASCII case aside; a missing port
 /// is the scheme's default).
 fn same_host(authority: &Authority, host: &str, scheme: Option<&str>) -> bool {
