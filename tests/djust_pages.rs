@@ -165,6 +165,36 @@ async fn sockets_waiting_for_their_first_message_are_capped() {
     assert!(metrics.contains(r#"roomgate_refused_total{limit="limits.max_pending_sockets"} 1"#), "{metrics}");
 }
 
+/// The bytes first messages hold while they arrive are bounded in all: a socket whose message
+/// would take more is closed 4503, and once every byte is held a new one gets 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_waiting_in_first_messages_are_capped_in_all() {
+    let backends = backends(2).await;
+    // One socket's read asks for max_first_message (4096) at once: 6000 holds one, not two.
+    let extra = "[timeouts]\nfirst_message = \"30s\"\n[limits]\nmax_first_message = 4096\nmax_pending_bytes = 6000\n";
+    let proxy = Proxy::start(&config(&backend_list(&backends), DJUST_ROUTES, extra)).await;
+    let mut first = ws_connect(&proxy.ws_url("/ws/live/"), &[DJUST]).await;
+    next(&mut first).await; // roomgate's greeting: its read holds 4096 bytes now
+    let mut second = ws_connect(&proxy.ws_url("/ws/live/"), &[DJUST]).await;
+    next(&mut second).await;
+    assert_eq!(close_code(&mut second).await, Some(4503));
+    first.send(Message::text(mount("/room/1/"))).await.unwrap();
+    assert_eq!(next(&mut first).await, Message::text(mount("/room/1/")));
+    // Routed: its bytes are free again.
+    let ws = open_page(&proxy, "/ws/live/", "/room/3/", &[DJUST]).await;
+    drop(ws);
+    let (_, _, metrics) = get(&http_client(), &proxy.admin_url("/metrics"), &[]).await;
+    assert!(metrics.contains(r#"roomgate_refused_total{limit="limits.max_pending_bytes"} 1"#), "{metrics}");
+
+    // At 4096 every byte is held by one waiting socket: the next is refused before its 101.
+    let extra = "[timeouts]\nfirst_message = \"30s\"\n[limits]\nmax_first_message = 4096\nmax_pending_bytes = 4096\n";
+    let proxy = Proxy::start(&config(&backend_list(&backends), DJUST_ROUTES, extra)).await;
+    let mut first = ws_connect(&proxy.ws_url("/ws/live/"), &[DJUST]).await;
+    next(&mut first).await;
+    let (_s, head) = handshake(proxy.addr, "/ws/live/", &[DJUST]).await;
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_101_that_does_not_complete_the_handshake_is_4502() {
     for answer in [

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use serde::Deserialize;
 use toml::Spanned;
 
-pub use values::{ByteSize, Count, OneOrMany, ParsedSource, TrustedNet};
+pub use values::{AutoSize, ByteSize, Count, OneOrMany, ParsedSource, TrustedNet};
 
 use super::duration::{HumanDuration, OptionalDuration};
 use crate::placement::Algorithm;
@@ -78,6 +78,8 @@ pub struct LimitsSection {
     pub max_connections: Spanned<Count>,
     pub max_connections_per_ip: Spanned<Count>,
     pub max_pending_sockets: Spanned<usize>,
+    /// `"auto"` (the default): an eighth of the memory limit (cgroup `memory.max`), at most 64 MiB.
+    pub max_pending_bytes: Spanned<AutoSize>,
 }
 
 #[derive(Deserialize)]

@@ -156,6 +156,9 @@ pub struct Limits {
     pub max_connections_per_ip: Option<usize>,
     /// djust sockets still waiting for their first message.
     pub max_pending_sockets: usize,
+    /// Bytes those sockets may hold in all while their first message arrives; `None`: `"auto"`,
+    /// derived from the memory limit ([`crate::limits::memory`]).
+    pub max_pending_bytes: Option<usize>,
 }
 
 #[derive(Clone, Debug)]

@@ -293,6 +293,18 @@ impl Validator<'_> {
         if pending == 0 {
             return Err(self.err(&l.max_pending_sockets, "limits.max_pending_sockets: at least 1".into()));
         }
+        let pending_bytes = match *l.max_pending_bytes.get_ref() {
+            file::AutoSize::Auto => None,
+            file::AutoSize::Size(file::ByteSize(n)) if n >= first as u64 => {
+                Some(usize::try_from(n).unwrap_or(usize::MAX))
+            }
+            file::AutoSize::Size(file::ByteSize(n)) => {
+                return Err(self.err(
+                    &l.max_pending_bytes,
+                    format!("limits.max_pending_bytes = {n}: at least limits.max_first_message ({first}), or \"auto\""),
+                ));
+            }
+        };
         Ok(Limits {
             max_request_head: head,
             max_headers: headers,
@@ -301,6 +313,7 @@ impl Validator<'_> {
             max_connections: self.count(&l.max_connections, "limits.max_connections", true)?,
             max_connections_per_ip: self.count(&l.max_connections_per_ip, "limits.max_connections_per_ip", false)?,
             max_pending_sockets: pending,
+            max_pending_bytes: pending_bytes,
         })
     }
 

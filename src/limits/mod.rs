@@ -8,6 +8,7 @@
 mod addr;
 pub mod fd;
 mod held;
+pub mod memory;
 
 use std::fmt::Display;
 use std::net::IpAddr;

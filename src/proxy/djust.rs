@@ -103,32 +103,72 @@ impl Accepted {
 
 /// A djust socket waiting for its first message, counted against `limits.max_pending_sockets`:
 /// each one holds a task and a connection until its mount arrives or `timeouts.first_message`
-/// ends it.
-struct Waiting(Arc<Gateway>);
+/// ends it. The bytes its first message holds meanwhile are counted against
+/// `limits.max_pending_bytes`, shared by all of them.
+struct Waiting {
+    gateway: Arc<Gateway>,
+    /// Bytes this socket was granted.
+    charged: usize,
+}
 
 impl Waiting {
     fn enter(gateway: &Arc<Gateway>) -> Result<Waiting, LimitError> {
-        static LOG: Throttle = Throttle::new(Duration::from_secs(1));
         let max = gateway.snapshot().config.limits.max_pending_sockets;
         if gateway.waiting_sockets.fetch_add(1, Ordering::AcqRel) >= max {
             gateway.waiting_sockets.fetch_sub(1, Ordering::AcqRel);
-            gateway.metrics.refused("limits.max_pending_sockets");
-            if let Some(more) = LOG.ready() {
-                tracing::warn!(
-                    max,
-                    refused_since_last_line = more,
-                    "djust socket refused: too many waiting for their first message"
-                );
-            }
-            return Err(LimitError { limit: "limits.max_pending_sockets", max });
+            return Err(refused_waiting(gateway, "limits.max_pending_sockets", max));
         }
-        Ok(Waiting(gateway.clone()))
+        let waiting = Waiting { gateway: gateway.clone(), charged: 0 };
+        // Refused before the 101 too when the others hold every byte already.
+        let max_bytes = max_pending_bytes(gateway);
+        if gateway.pending_bytes.load(Ordering::Acquire) >= max_bytes {
+            return Err(refused_waiting(gateway, "limits.max_pending_bytes", max_bytes));
+        }
+        Ok(waiting)
+    }
+}
+
+/// `limits.max_pending_bytes`, `"auto"` resolved.
+fn max_pending_bytes(gateway: &Gateway) -> usize {
+    let limits = &gateway.snapshot().config.limits;
+    let auto = || {
+        crate::limits::memory::auto_pending_bytes(crate::limits::memory::cgroup_limit_once(), limits.max_first_message)
+    };
+    limits.max_pending_bytes.unwrap_or_else(auto)
+}
+
+/// Counts and logs (throttled) a djust socket refused by `limit`.
+fn refused_waiting(gateway: &Gateway, limit: &'static str, max: usize) -> LimitError {
+    static LOG: Throttle = Throttle::new(Duration::from_secs(1));
+    gateway.metrics.refused(limit);
+    if let Some(more) = LOG.ready() {
+        tracing::warn!(
+            limit,
+            max,
+            refused_since_last_line = more,
+            "djust socket refused: too much waiting for first messages"
+        );
+    }
+    LimitError { limit, max }
+}
+
+impl message::Allowance for Waiting {
+    fn grow(&mut self, bytes: usize) -> bool {
+        let max = max_pending_bytes(&self.gateway);
+        let before = self.gateway.pending_bytes.fetch_add(bytes, Ordering::AcqRel);
+        if before + bytes > max {
+            self.gateway.pending_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            return false;
+        }
+        self.charged += bytes;
+        true
     }
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        self.0.waiting_sockets.fetch_sub(1, Ordering::AcqRel);
+        self.gateway.waiting_sockets.fetch_sub(1, Ordering::AcqRel);
+        self.gateway.pending_bytes.fetch_sub(self.charged, Ordering::AcqRel);
     }
 }
 
@@ -203,12 +243,22 @@ impl Session {
         let limit = config.limits.max_first_message;
         let wait = config.timeouts.first_message;
         let mut client_pre = Vec::new();
-        let read =
-            tokio::time::timeout(wait, message::read_message(client_io, &mut client_pre, limit, Rules::CLIENT)).await;
+        let mut unbounded = message::Unbounded;
+        let allowance: &mut (dyn message::Allowance + Send) = match self.waiting.as_mut() {
+            Some(waiting) => waiting,
+            None => &mut unbounded,
+        };
+        let read = message::read_message(client_io, &mut client_pre, limit, Rules::CLIENT, allowance);
+        let read = tokio::time::timeout(wait, read).await;
         match read {
             Ok(Ok(mount)) => Some((mount, client_pre)),
             Ok(Err(ReadError::TooLarge(limit))) => {
                 self.refuse(client_io, &ClientError::FirstMessageTooLarge(limit).into(), None).await
+            }
+            Ok(Err(ReadError::Busy)) => {
+                let max = max_pending_bytes(&self.gateway);
+                let err = refused_waiting(&self.gateway, "limits.max_pending_bytes", max);
+                self.refuse(client_io, &err.into(), None).await
             }
             Ok(Err(ReadError::Frame(e))) => {
                 tracing::info!(error = %e, "djust socket refused: a broken frame (close 1002)");

@@ -57,6 +57,8 @@ pub struct Gateway {
     none: Arc<str>,
     /// djust sockets waiting for their first message (`limits.max_pending_sockets`).
     waiting_sockets: std::sync::atomic::AtomicUsize,
+    /// Bytes their first messages hold meanwhile (`limits.max_pending_bytes`).
+    pending_bytes: std::sync::atomic::AtomicUsize,
     /// Client connections open, in all and per client (`limits.max_connections*`).
     admission: Arc<Admission>,
     /// Rooms handed off now: their joins wait.
@@ -120,6 +122,7 @@ impl Gateway {
             metrics,
             none: Arc::from("none"),
             waiting_sockets: std::sync::atomic::AtomicUsize::new(0),
+            pending_bytes: std::sync::atomic::AtomicUsize::new(0),
             admission: Admission::new(),
             moving: Arc::new(Moving::default()),
         })

@@ -14,7 +14,8 @@ use super::frame::{FrameError, OP_CLOSE, OP_TEXT, Rules, parse_head, unmask};
 pub struct Message {
     /// The frames exactly as received (still masked), control frames read before it included.
     pub raw: Vec<u8>,
-    /// The unmasked payload of its data frames.
+    /// The unmasked payload of its data frames: made once the message is whole, so that a
+    /// message that never ends holds one copy of its bytes, not two.
     pub payload: Vec<u8>,
     /// Text or binary.
     pub opcode: u8,
@@ -33,23 +34,40 @@ pub enum ReadError {
     Frame(#[from] FrameError),
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
+    /// Its [`Allowance`] refused more memory.
+    #[error("no memory allowance left for the message")]
+    Busy,
+}
+
+/// What a read may hold: asked before its buffer grows, with the bytes it grows by.
+pub trait Allowance {
+    fn grow(&mut self, bytes: usize) -> bool;
+}
+
+/// No bound but the read's own `limit`.
+pub struct Unbounded;
+
+impl Allowance for Unbounded {
+    fn grow(&mut self, _: usize) -> bool {
+        true
+    }
 }
 
 /// Reads until `buf` holds one whole data message at its start, at most `limit` bytes of frames,
-/// each frame checked against `rules`. Returns the message; bytes read beyond it stay in `buf`.
-pub async fn read_message<R: AsyncRead + Unpin>(
+/// each frame checked against `rules`, and its buffer grown only as `allowance` lets it. Returns
+/// the message; bytes read beyond it stay in `buf`.
+pub async fn read_message<R: AsyncRead + Unpin, A: Allowance + ?Sized>(
     io: &mut R,
     buf: &mut Vec<u8>,
     limit: usize,
     rules: Rules,
+    allowance: &mut A,
 ) -> Result<Message, ReadError> {
-    let mut payload = Vec::new();
-    let mut opcode = OP_TEXT;
     let mut at = 0;
     let mut in_message = false;
     loop {
         let Some(head) = parse_head(&buf[at..])? else {
-            fill(io, buf, limit).await?;
+            fill(io, buf, limit, allowance).await?;
             continue;
         };
         rules.check(buf[at], buf[at + 1], &mut in_message)?;
@@ -59,37 +77,63 @@ pub async fn read_message<R: AsyncRead + Unpin>(
         }
         let end = end as usize;
         while buf.len() < end {
-            fill(io, buf, limit).await?;
+            fill(io, buf, limit, allowance).await?;
         }
-        let start = payload.len();
         if head.opcode == OP_CLOSE {
             let mut code = buf[at + head.len..end].to_vec();
             unmask(&mut code, head.mask, 0);
             let code = (code.len() >= 2).then(|| u16::from_be_bytes([code[0], code[1]]));
             return Err(ReadError::Closed(code));
         }
-        if head.opcode & 0x8 == 0 {
-            if head.opcode != 0 {
-                opcode = head.opcode;
-            }
-            payload.extend_from_slice(&buf[at + head.len..end]);
-            unmask(&mut payload[start..], head.mask, 0);
-            if head.fin {
-                let rest = buf.split_off(end);
-                let raw = std::mem::replace(buf, rest);
-                return Ok(Message { raw, payload, opcode });
-            }
+        if head.opcode & 0x8 == 0 && head.fin {
+            let rest = buf.split_off(end);
+            let raw = std::mem::replace(buf, rest);
+            let (opcode, payload) = data_of(&raw);
+            return Ok(Message { raw, payload, opcode });
         }
         at = end;
     }
 }
 
-/// Reads more bytes into `buf`, up to `limit` in all.
-async fn fill<R: AsyncRead + Unpin>(io: &mut R, buf: &mut Vec<u8>, limit: usize) -> Result<(), ReadError> {
+/// The opcode and unmasked payload of the whole data message in `frames` (checked frames,
+/// control frames among them).
+fn data_of(frames: &[u8]) -> (u8, Vec<u8>) {
+    let (mut opcode, mut payload, mut at) = (OP_TEXT, Vec::new(), 0);
+    while let Ok(Some(head)) = parse_head(&frames[at..]) {
+        let end = at + head.frame_len() as usize;
+        if head.opcode & 0x8 == 0 {
+            if head.opcode != 0 {
+                opcode = head.opcode;
+            }
+            let start = payload.len();
+            payload.extend_from_slice(&frames[at + head.len..end]);
+            unmask(&mut payload[start..], head.mask, 0);
+        }
+        at = end;
+    }
+    (opcode, payload)
+}
+
+/// Reads more bytes into `buf`, up to `limit` in all. The buffer grows by what one read asks, no
+/// more (never doubled), so what it holds stays within `limit` and what `allowance` granted.
+async fn fill<R: AsyncRead + Unpin, A: Allowance + ?Sized>(
+    io: &mut R,
+    buf: &mut Vec<u8>,
+    limit: usize,
+    allowance: &mut A,
+) -> Result<(), ReadError> {
     if buf.len() >= limit {
         return Err(ReadError::TooLarge(limit));
     }
     let room = (limit - buf.len()).min(16 * 1024);
+    let before = buf.capacity();
+    if before - buf.len() < room {
+        let grown = buf.len() + room - before;
+        if !allowance.grow(grown) {
+            return Err(ReadError::Busy);
+        }
+        buf.reserve_exact(room);
+    }
     let start = buf.len();
     buf.resize(start + room, 0);
     let n = io.read(&mut buf[start..]).await;
@@ -159,7 +203,7 @@ mod tests {
         wire.extend(frame(OP_TEXT, b"next", MASK));
         let mut io = &wire[..];
         let mut buf = Vec::new();
-        let msg = read_message(&mut io, &mut buf, 1024, Rules::CLIENT).await.unwrap();
+        let msg = read_message(&mut io, &mut buf, 1024, Rules::CLIENT, &mut Unbounded).await.unwrap();
         assert_eq!(msg.payload, br#"{"type":"mount"}"#);
         assert_eq!(msg.raw.len() + buf.len() + io.len(), wire.len());
         assert_eq!(msg.raw, wire[..first_len]);
@@ -170,22 +214,25 @@ mod tests {
         let wire = frame(OP_TEXT, &[b'x'; 2000], MASK);
         let mut buf = Vec::new();
         assert!(matches!(
-            read_message(&mut &wire[..], &mut buf, 1024, Rules::CLIENT).await,
+            read_message(&mut &wire[..], &mut buf, 1024, Rules::CLIENT, &mut Unbounded).await,
             Err(ReadError::TooLarge(1024))
         ));
         let wire = frame(OP_CLOSE, &4429u16.to_be_bytes(), None);
         let mut buf = Vec::new();
         assert!(matches!(
-            read_message(&mut &wire[..], &mut buf, 1024, Rules::SERVER).await,
+            read_message(&mut &wire[..], &mut buf, 1024, Rules::SERVER, &mut Unbounded).await,
             Err(ReadError::Closed(Some(4429)))
         ));
         let wire = frame(OP_TEXT, b"cut", MASK);
         let mut buf = Vec::new();
-        assert!(matches!(read_message(&mut &wire[..4], &mut buf, 1024, Rules::CLIENT).await, Err(ReadError::Eof)));
+        assert!(matches!(
+            read_message(&mut &wire[..4], &mut buf, 1024, Rules::CLIENT, &mut Unbounded).await,
+            Err(ReadError::Eof)
+        ));
         let wire = frame(OP_TEXT, b"unmasked", None);
         let mut buf = Vec::new();
         assert!(matches!(
-            read_message(&mut &wire[..], &mut buf, 1024, Rules::CLIENT).await,
+            read_message(&mut &wire[..], &mut buf, 1024, Rules::CLIENT, &mut Unbounded).await,
             Err(ReadError::Frame(FrameError::Unmasked))
         ));
     }
@@ -197,7 +244,7 @@ mod tests {
         let mut wire = first;
         wire.extend(frame(OP_CONTINUATION, b"cd", MASK));
         let mut buf = Vec::new();
-        let msg = read_message(&mut &wire[..], &mut buf, 1024, Rules::CLIENT).await.unwrap();
+        let msg = read_message(&mut &wire[..], &mut buf, 1024, Rules::CLIENT, &mut Unbounded).await.unwrap();
         assert_eq!(msg.payload, b"abcd");
         assert_eq!(msg.opcode, OP_TEXT);
     }
@@ -208,5 +255,47 @@ mod tests {
         let mut s = String::new();
         r.read_to_string(&mut s).await.unwrap();
         assert_eq!(s, "hello world");
+    }
+
+    /// Counts what a read asks for; refuses past `max`.
+    struct Budget {
+        granted: usize,
+        max: usize,
+    }
+
+    impl Allowance for Budget {
+        fn grow(&mut self, bytes: usize) -> bool {
+            self.granted += bytes;
+            self.granted <= self.max
+        }
+    }
+
+    #[tokio::test]
+    async fn a_message_that_never_ends_holds_one_copy_within_its_allowance() {
+        // A fragmented text message that never sends its last frame: 60 frames of 1000 bytes.
+        let mut wire = Vec::new();
+        for i in 0..60 {
+            let mut f = frame(if i == 0 { OP_TEXT } else { OP_CONTINUATION }, &[b'x'; 1000], MASK);
+            f[0] &= 0x7f;
+            wire.extend(f);
+        }
+        let mut buf = Vec::new();
+        let mut budget = Budget { granted: 0, max: usize::MAX };
+        let limit = 64 * 1024;
+        let read = read_message(&mut &wire[..], &mut buf, limit, Rules::CLIENT, &mut budget).await;
+        assert!(matches!(read, Err(ReadError::Eof)), "{read:?}");
+        assert!(
+            buf.len() == wire.len() && buf.capacity() <= budget.granted,
+            "{} of {}",
+            buf.capacity(),
+            budget.granted
+        );
+        assert!(budget.granted <= limit + 16 * 1024, "asked for {} bytes", budget.granted);
+        // With less allowance than the message needs, the read stops, refused.
+        let mut buf = Vec::new();
+        let mut budget = Budget { granted: 0, max: 20_000 };
+        let read = read_message(&mut &wire[..], &mut buf, limit, Rules::CLIENT, &mut budget).await;
+        assert!(matches!(read, Err(ReadError::Busy)), "{read:?}");
+        assert!(buf.capacity() <= 20_000);
     }
 }

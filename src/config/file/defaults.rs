@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use toml::Spanned;
 
 use super::{
-    AdminSection, ByteSize, Count, DirectorySection, DrainSection, HandoffSection, HealthSection, LimitsSection,
+    AdminSection, AutoSize, ByteSize, Count, DirectorySection, DrainSection, HandoffSection, HealthSection, LimitsSection,
     LogFormat, LogSection, OneOrMany, PlacementSection, ReloadSection, RoomsSection, ServerSection, ShutdownSection,
     TimeoutsSection, UpstreamSection,
 };
@@ -32,6 +32,7 @@ impl Default for LimitsSection {
             max_connections: Spanned::new(0..0, Count::Auto),
             max_connections_per_ip: Spanned::new(0..0, Count::Off),
             max_pending_sockets: Spanned::new(0..0, 10_000),
+            max_pending_bytes: Spanned::new(0..0, AutoSize::Auto),
         }
     }
 }

@@ -28,6 +28,22 @@ pub enum Count {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ByteSize(pub u64);
 
+/// A size in bytes, or `"auto"` (derived at start-up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AutoSize {
+    Auto,
+    Size(ByteSize),
+}
+
+impl<'de> Deserialize<'de> for AutoSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match toml::Value::deserialize(d)? {
+            toml::Value::String(s) if s == "auto" => Ok(AutoSize::Auto),
+            other => ByteSize::deserialize(other).map(AutoSize::Size).map_err(de::Error::custom),
+        }
+    }
+}
+
 /// `listen = "addr"` or `listen = ["addr", ...]`.
 pub struct OneOrMany<T>(pub Vec<T>);
 

@@ -69,7 +69,8 @@ pub(super) async fn greeting_skipped<B: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<Vec<u8>, u16> {
     let mut buf = Vec::new();
     let limit = config.limits.max_first_message;
-    let read = message::read_message(backend_io, &mut buf, limit, Rules::SERVER);
+    let mut unbounded = message::Unbounded;
+    let read = message::read_message(backend_io, &mut buf, limit, Rules::SERVER, &mut unbounded);
     match tokio::time::timeout(config.timeouts.upstream_response, read).await {
         Ok(Ok(msg)) if djust::is_connect(&msg.payload) => Ok(buf),
         Ok(Ok(msg)) => {
@@ -78,7 +79,7 @@ pub(super) async fn greeting_skipped<B: AsyncRead + AsyncWrite + Unpin>(
             Ok(pre)
         }
         // Not a greeting we can read whole: relay it as it is.
-        Ok(Err(ReadError::TooLarge(_) | ReadError::Frame(_))) => Ok(buf),
+        Ok(Err(ReadError::TooLarge(_) | ReadError::Frame(_) | ReadError::Busy)) => Ok(buf),
         Ok(Err(ReadError::Closed(code))) => {
             let code = code.unwrap_or(1011);
             let _ = backend_io.write_all(&close_frame(code, "", Some(crate::relay::mask_key()))).await;
