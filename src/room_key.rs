@@ -143,10 +143,24 @@ pub struct SourceParseError {
 /// invalid key, or carried it ambiguously (twice, or where the backend would read it otherwise);
 /// it is never placed, and later sources are not consulted, so a bad key cannot be silently
 /// replaced by another one.
+///
+/// Every field a `header:` or `host:` source reads must be visible ASCII, all of its lines,
+/// whichever source finds the key: a value one reader skips and another reads is how two
+/// readers come to two rooms. (A `cookie:` source reads every `Cookie` line byte by byte, pair by
+/// pair, and refuses bytes outside ASCII next to its name or in its value; other cookies' bytes
+/// are the app's, as browsers send them.)
 pub fn extract<'a, F: Fields + ?Sized>(
     sources: &[KeySource],
     req: &RequestView<'a, F>,
 ) -> Result<Option<Found<'a>>, ExtractError> {
+    for source in sources {
+        if let Some(name) = source.field()
+            && !req.headers.values(name).all(crate::fields::is_visible)
+        {
+            let why = KeyProblem::NotVisibleAscii;
+            return Err(KeyError { source_desc: source.to_string(), why }.into());
+        }
+    }
     let mut head = read::Head::default();
     for (index, source) in sources.iter().enumerate() {
         let key = match read::key(source, req, &mut head) {
@@ -183,6 +197,17 @@ pub fn validate(key: Cow<'_, str>) -> Result<Cow<'_, str>, KeyProblem> {
 }
 
 // === impl KeySource ===
+
+impl KeySource {
+    /// The header field the source reads as one value, if it reads one.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            KeySource::Header(name) => Some(name.as_str()),
+            KeySource::Host(_) => Some("host"),
+            KeySource::Cookie(_) | KeySource::Query(_) | KeySource::Path(_) | KeySource::Djust(_) => None,
+        }
+    }
+}
 
 impl KeySource {
     pub fn kind(&self) -> SourceKind {

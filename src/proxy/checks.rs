@@ -1,14 +1,13 @@
 //! What a request head must be before it is routed: within the limits, one Host, not under the
-//! hand-off path, a route its decoding agrees with, and the fields its key sources read in a form
-//! every reader reads alike. (Whether it is a WebSocket handshake is [`crate::handshake`]'s.)
+//! hand-off path, and a route its decoding agrees with. (Whether it is a WebSocket handshake is
+//! [`crate::handshake`]'s, its room [`crate::room_key`]'s.)
 
 use ::http::Version;
 
 use super::{headers, reserved};
 use crate::config::{Config, Route};
 use crate::error::ClientError;
-use crate::fields::{Fields, Head, is_visible};
-use crate::room_key::KeySource;
+use crate::fields::{Fields, Head};
 
 /// Request heads over the configured limits get 431 (hyper itself cuts heads far over it); two
 /// Host headers, or none in an HTTP/1.1 request, 400; a path a backend could read as the hand-off
@@ -55,22 +54,4 @@ pub(super) fn route<'c>(config: &'c Config, path: &str) -> Result<(usize, &'c Ro
         }
     }
     Ok(found)
-}
-
-/// The fields the route's key sources read (`header:`, `cookie:`, `host:`) must be visible ASCII,
-/// all of them, whichever source finds the key: a value one parser skips and another reads is
-/// how two readers come to two rooms. Checked before any source is read.
-pub(super) fn check_key_fields<F: Fields + ?Sized>(route: &Route, fields: &F) -> Result<(), ClientError> {
-    for source in &route.keys {
-        let name = match source {
-            KeySource::Header(name) => name.as_str(),
-            KeySource::Cookie(_) => "cookie",
-            KeySource::Host(_) => "host",
-            KeySource::Query(_) | KeySource::Path(_) | KeySource::Djust(_) => continue,
-        };
-        if !fields.values(name).all(is_visible) {
-            return Err(ClientError::BadHead("a byte that is not visible ASCII in a field a key source reads"));
-        }
-    }
-    Ok(())
 }

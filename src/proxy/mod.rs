@@ -31,7 +31,7 @@ pub use body::ResponseBody;
 pub use moving::{MoveGuard, Moving};
 pub use upload::RequestBody;
 
-use self::checks::{check_head, check_key_fields, route};
+use self::checks::{check_head, route};
 use self::http::Upstream;
 use crate::backends::Backend;
 use crate::config::{Config, OnMissing, Route, RouteMode};
@@ -245,7 +245,6 @@ impl Gateway {
         let forwarded = (self.admission.admit_forwarded(client.ip(), req.fields, config))
             .map_err(|e| limits::refused(&self.metrics, e, &client))?;
         let (route_index, route) = route(config, req.uri.path())?;
-        check_key_fields(route, req.fields)?;
         *route_label = snap.route_labels[route_index].clone();
         let secure = is_secure(req, conn, config);
         let Some(target) = self.choose(snap, route, req, secure, websocket).await? else {

@@ -206,3 +206,16 @@ fn ambiguity_names_the_source_and_the_reason() {
     let err = key(&["query:room"], &p).unwrap_err();
     assert_eq!(err.to_string(), "query:room: the parameter is given twice");
 }
+
+#[test]
+fn every_line_a_header_source_reads_is_visible_ascii_whichever_source_finds_the_key() {
+    let mut p = req("/room/7/", &[]);
+    p.headers.insert("x-room", HeaderValue::from_bytes(b"7\xff").unwrap());
+    // The path finds the key first; the header a reader could take it from holds obs-text.
+    assert_eq!(bad(&["path:^/room/(?P<room>[^/]+)/", "header:X-Room"], &p), KeyProblem::NotVisibleAscii);
+    p.headers.insert(header::HOST, HeaderValue::from_bytes(b"r\x80.rooms.test").unwrap());
+    assert_eq!(bad(&["path:^/room/(?P<room>[^/]+)/", HOST], &p), KeyProblem::NotVisibleAscii);
+    let mut p = req("/room/7/", &[]);
+    p.headers.insert("x-other", HeaderValue::from_bytes(b"\xff").unwrap());
+    assert_eq!(key(&["path:^/room/(?P<room>[^/]+)/", "header:X-Room"], &p).unwrap().unwrap().0, "7");
+}
