@@ -31,7 +31,8 @@ pub(super) fn check_head<F: Fields + ?Sized>(req: &Head<'_, F>, config: &Config)
             if let Some(authority) = req.uri.authority()
                 && !crate::room_key::host_agrees(authority, host, req.uri.scheme_str())
             {
-                return Err(ClientError::BadHead("the request target's authority and Host disagree"));
+                let why = crate::room_key::Ambiguity::HostMismatch;
+                return Err(ClientError::Ambiguous(format!("Host: {why}")));
             }
         }
         _ => {}
