@@ -1,5 +1,6 @@
-//! Criterion benches of the pure functions on the request path: placement, room key extraction,
-//! frame tracking and djust's mount and live-navigation checks. Inputs are built outside the measured closures.
+//! Criterion benches of the pure functions on the request path: request heads (parsed and
+//! classified), placement, room key extraction, frame tracking and djust's mount and
+//! live-navigation checks. Inputs are built outside the measured closures.
 
 #![allow(clippy::unwrap_used)]
 
@@ -12,6 +13,32 @@ use roomgate::placement::{Algorithm, Placement};
 use roomgate::relay::frame::{FrameError, FrameTracker, OP_TEXT, frame};
 use roomgate::relay::watch::NavWatch;
 use roomgate::room_key::{self, KeySource, RequestView};
+
+/// A request head parsed by the codec, which also classifies it (`handshake::classify`): a
+/// browser's GET, and a WebSocket handshake.
+fn request_heads(c: &mut Criterion) {
+    let get = b"GET /room/room-12345/state HTTP/1.1\r\nHost: rooms.example.com\r\nUser-Agent: Mozilla/5.0\r\n\
+        Accept: text/html\r\nAccept-Language: en\r\nCookie: csrftoken=abcdef; sessionid=xyz123\r\n\r\n";
+    let ws = b"GET /ws/live/?room=room-12345 HTTP/1.1\r\nHost: rooms.example.com\r\nConnection: Upgrade\r\n\
+        Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+        Origin: https://rooms.example.com\r\nCookie: sessionid=xyz123\r\n\r\n";
+    let mut group = c.benchmark_group("request_head");
+    for (name, head) in [("browser GET", &get[..]), ("WebSocket handshake", &ws[..])] {
+        let buf = bytes::BytesMut::from(head);
+        let parsed = roomgate::h1::parse_request(&mut buf.clone(), 64 * 1024).unwrap().unwrap();
+        group.bench_function(format!("{name}, classify only"), |b| {
+            b.iter(|| black_box(roomgate::handshake::classify(&parsed.method, parsed.version, black_box(&parsed))))
+        });
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || buf.clone(),
+                |mut buf| black_box(roomgate::h1::parse_request(&mut buf, 64 * 1024)),
+                criterion::BatchSize::SmallInput,
+            )
+        });
+    }
+    group.finish();
+}
 
 fn placement(c: &mut Criterion) {
     let keys: Vec<String> = (0..1024).map(|i| format!("room-{i:05}")).collect();
@@ -144,5 +171,5 @@ fn djust_protocol(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, placement, key_extraction, frame_tracking, djust_protocol);
+criterion_group!(benches, request_heads, placement, key_extraction, frame_tracking, djust_protocol);
 criterion_main!(benches);

@@ -14,6 +14,9 @@ pub trait Fields {
     /// The name of every field line, in order (any case).
     fn names(&self) -> impl Iterator<Item = &[u8]>;
 
+    /// Every field line's name (any case) and value, in order.
+    fn lines(&self) -> impl Iterator<Item = (&[u8], &[u8])>;
+
     /// How many field lines.
     fn count(&self) -> usize;
 
@@ -37,6 +40,10 @@ impl Fields for HeaderMap {
 
     fn names(&self) -> impl Iterator<Item = &[u8]> {
         self.iter().map(|(n, _)| n.as_str().as_bytes())
+    }
+
+    fn lines(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
     }
 
     fn count(&self) -> usize {

@@ -31,11 +31,18 @@ pub enum Refused {
     Connect,
 }
 
-/// Fields whose values decide whether and how a request changes protocol.
-fn decides(name: &[u8]) -> bool {
-    name.eq_ignore_ascii_case(b"connection")
-        || name.eq_ignore_ascii_case(b"upgrade")
-        || name.get(..14).is_some_and(|p| p.eq_ignore_ascii_case(b"sec-websocket-"))
+/// What one pass over the fields found.
+#[derive(Default)]
+struct Seen<'a> {
+    upgrade_token: bool,
+    websocket_token: bool,
+    /// `Connection` names a `Sec-WebSocket-*` field.
+    names_handshake_field: bool,
+    key: Option<&'a [u8]>,
+    keys: usize,
+    versions: usize,
+    /// `Transfer-Encoding`, or a `Content-Length` other than 0.
+    body: bool,
 }
 
 /// Classifies a request head. Refuses one whose `Connection`, `Upgrade` or `Sec-WebSocket-*`
@@ -43,82 +50,86 @@ fn decides(name: &[u8]) -> bool {
 /// it), a `CONNECT`, and a handshake that is not exactly one: not a GET, announcing a body, not
 /// HTTP/1.1, or with no key, two keys, two versions, or a `Connection` that names a
 /// `Sec-WebSocket-*` field (which the hop would remove, so that the backend answers another
-/// handshake than the one checked).
+/// handshake than the one checked). One pass over the fields; a plain request with none of
+/// these fields costs a comparison of each name's first byte or two.
 pub fn classify<F: Fields + ?Sized>(method: &Method, version: Version, fields: &F) -> Result<Kind, Refused> {
     if method == Method::CONNECT {
         return Err(Refused::Connect);
     }
-    let mut seen = false;
-    for name in fields.names().filter(|n| decides(n)) {
-        seen = true;
-        // A field name is a token (both parsers check), so it is text; names compare in any case.
-        let name = std::str::from_utf8(name).unwrap_or_default();
-        if !fields.values(name).all(is_visible) {
-            return Err(Refused::Bad(not_visible(name)));
-        }
+    let mut seen = Seen::default();
+    for (name, value) in fields.lines() {
+        note(&mut seen, name, value)?;
     }
-    if !(seen && has_token(fields, "connection", b"upgrade") && has_token(fields, "upgrade", b"websocket")) {
+    if !(seen.upgrade_token && seen.websocket_token) {
         return Ok(Kind::Plain);
     }
-    check_websocket(method, version, fields)?;
-    Ok(Kind::WebSocket)
-}
-
-/// The rules a WebSocket handshake must meet beyond its two tokens.
-fn check_websocket<F: Fields + ?Sized>(method: &Method, version: Version, fields: &F) -> Result<(), Refused> {
+    let refuse = |why| Err(Refused::Bad(why));
     if version != Version::HTTP_11 {
-        return Err(Refused::Bad("a WebSocket handshake must be HTTP/1.1"));
+        return refuse("a WebSocket handshake must be HTTP/1.1");
     }
     if method != Method::GET {
-        return Err(Refused::Bad("a WebSocket handshake must be a GET"));
+        return refuse("a WebSocket handshake must be a GET");
     }
     // One that announces a body would hold the backend's connection waiting for bytes that never
     // come, or smuggle them into the tunnel.
-    if fields.has("transfer-encoding") || fields.values("content-length").any(|v| v.trim_ascii() != b"0") {
-        return Err(Refused::Bad("a WebSocket handshake carries no body"));
+    if seen.body {
+        return refuse("a WebSocket handshake carries no body");
     }
-    let mut keys = fields.values("sec-websocket-key");
-    match (keys.next(), keys.next()) {
-        (None, _) => return Err(Refused::Bad("no Sec-WebSocket-Key")),
-        (Some(_), Some(_)) => return Err(Refused::Bad("two Sec-WebSocket-Key fields")),
-        (Some(key), None) if !is_handshake_key(key.trim_ascii()) => {
-            return Err(Refused::Bad("Sec-WebSocket-Key is not 16 bytes in base64"));
+    match (seen.keys, seen.key) {
+        (0, _) => return refuse("no Sec-WebSocket-Key"),
+        (1, Some(key)) if is_handshake_key(key.trim_ascii()) => {}
+        (1, _) => return refuse("Sec-WebSocket-Key is not 16 bytes in base64"),
+        _ => return refuse("two Sec-WebSocket-Key fields"),
+    }
+    if seen.versions > 1 {
+        return refuse("two Sec-WebSocket-Version fields");
+    }
+    if seen.names_handshake_field {
+        return refuse("Connection names a Sec-WebSocket-* field");
+    }
+    Ok(Kind::WebSocket)
+}
+
+/// Notes one field line in `seen`.
+fn note<'a>(seen: &mut Seen<'a>, name: &[u8], value: &'a [u8]) -> Result<(), Refused> {
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    let tokens = || value.split(|&b| b == b',').map(<[u8]>::trim_ascii);
+    if is(b"connection") {
+        visible(value, "a byte that is not visible ASCII in Connection")?;
+        for t in tokens() {
+            seen.upgrade_token |= t.eq_ignore_ascii_case(b"upgrade");
+            seen.names_handshake_field |= is_handshake_field(t);
         }
-        _ => {}
-    }
-    if fields.values("sec-websocket-version").nth(1).is_some() {
-        return Err(Refused::Bad("two Sec-WebSocket-Version fields"));
-    }
-    let names_handshake_field = fields
-        .values("connection")
-        .flat_map(|v| v.split(|&b| b == b','))
-        .any(|t| t.trim_ascii().get(..14).is_some_and(|p| p.eq_ignore_ascii_case(b"sec-websocket-")));
-    if names_handshake_field {
-        return Err(Refused::Bad("Connection names a Sec-WebSocket-* field"));
+    } else if is(b"upgrade") {
+        visible(value, "a byte that is not visible ASCII in Upgrade")?;
+        seen.websocket_token |= tokens().any(|t| t.eq_ignore_ascii_case(b"websocket"));
+    } else if is_handshake_field(name) {
+        visible(value, "a byte that is not visible ASCII in a Sec-WebSocket-* field")?;
+        if is(b"sec-websocket-key") {
+            seen.keys += 1;
+            seen.key = Some(value);
+        } else if is(b"sec-websocket-version") {
+            seen.versions += 1;
+        }
+    } else if is(b"transfer-encoding") || (is(b"content-length") && value.trim_ascii() != b"0") {
+        seen.body = true;
     }
     Ok(())
 }
 
-/// Whether a `name` field (a comma-separated list, values already known to be visible ASCII)
-/// holds `token`, in any case.
-fn has_token<F: Fields + ?Sized>(fields: &F, name: &str, token: &[u8]) -> bool {
-    fields.values(name).flat_map(|v| v.split(|&b| b == b',')).any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+fn visible(value: &[u8], why: &'static str) -> Result<(), Refused> {
+    if is_visible(value) { Ok(()) } else { Err(Refused::Bad(why)) }
+}
+
+/// A `Sec-WebSocket-*` name.
+fn is_handshake_field(name: &[u8]) -> bool {
+    name.get(..14).is_some_and(|p| p.eq_ignore_ascii_case(b"sec-websocket-"))
 }
 
 /// `Sec-WebSocket-Key`: 16 bytes in base64 (RFC 6455 section 4.1), 24 characters.
 pub fn is_handshake_key(key: &[u8]) -> bool {
     let b64 = |b: &u8| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/';
     key.len() == 24 && key[..21].iter().all(b64) && matches!(key[21], b'A' | b'Q' | b'g' | b'w') && &key[22..] == b"=="
-}
-
-fn not_visible(name: &str) -> &'static str {
-    if name.eq_ignore_ascii_case("connection") {
-        "a byte that is not visible ASCII in Connection"
-    } else if name.eq_ignore_ascii_case("upgrade") {
-        "a byte that is not visible ASCII in Upgrade"
-    } else {
-        "a byte that is not visible ASCII in a Sec-WebSocket-* field"
-    }
 }
 
 #[cfg(test)]

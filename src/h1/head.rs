@@ -80,6 +80,10 @@ macro_rules! fields_in_place {
                 self.fields().map(|(n, _)| n)
             }
 
+            fn lines(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+                self.fields()
+            }
+
             fn count(&self) -> usize {
                 self.fields.as_slice().len()
             }
@@ -191,6 +195,7 @@ pub fn parse_request(buf: &mut BytesMut, limit: usize) -> Result<Option<RequestH
     if len > limit {
         return Err(HeadError::TooLarge);
     }
+    super::lines::check(&buf[..len])?;
     let base = buf.as_ptr() as usize;
     let method = Method::from_bytes(req.method.unwrap_or_default().as_bytes())
         .map_err(|_| HeadError::Malformed("invalid method"))?;
@@ -236,6 +241,7 @@ pub fn parse_response(buf: &mut BytesMut, limit: usize, head_request: bool) -> R
     let Some(len) = head_length(parsed, buf.len(), limit)? else {
         return Ok(None);
     };
+    super::lines::check(&buf[..len])?;
     let status =
         StatusCode::from_u16(resp.code.unwrap_or_default()).map_err(|_| HeadError::Malformed("invalid status"))?;
     let version = if resp.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
