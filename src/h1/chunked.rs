@@ -1,7 +1,7 @@
 //! The chunked transfer coding (RFC 9112 section 7.1), decoded strictly and incrementally: the
 //! bytes arrive in any pieces, and the decoder says how many it consumed and which of them are
-//! data. Extensions are checked and dropped; trailers are checked (field lines: a token name, a
-//! colon, a value) and dropped.
+//! data. Extensions are checked (each `;name` or `;name=value`, with no whitespace around them)
+//! and dropped; trailers are checked (field lines: a token name, a colon, a value) and dropped.
 
 use std::ops::Range;
 
@@ -32,12 +32,18 @@ enum State {
     /// Before the first hex digit of a size.
     SizeStart,
     Size,
-    /// Whitespace after the size, before `;` or CR.
-    SizeSpace,
-    /// In an extension, outside a quoted string.
-    Ext,
+    /// Right after a `;`: an extension's name must follow.
+    ExtStart,
+    /// In an extension's name.
+    ExtName,
+    /// Right after an extension's `=`: a token or a quoted string must follow.
+    ExtValueStart,
+    /// In an extension's token value.
+    ExtToken,
     ExtQuoted,
     ExtQuotedEscape,
+    /// After an extension's quoted value: only `;` or CR.
+    ExtQuotedEnd,
     SizeLf,
     Data,
     DataCr,
@@ -118,18 +124,22 @@ impl ChunkedDecoder {
                 Size
             }
             (SizeStart, _) => return Err(ChunkError::BadSize),
-            (Size | SizeSpace, b' ' | b'\t') => SizeSpace,
-            (Size | SizeSpace, b';') => self.extra(Ext)?,
-            (Size | SizeSpace, b'\r') => SizeLf,
-            (Size | SizeSpace, _) => return Err(ChunkError::BadSize),
-            (Ext, b'\r') => SizeLf,
-            (Ext, b'"') => self.extra(ExtQuoted)?,
-            (Ext, b) if is_ext_byte(b) => self.extra(Ext)?,
-            (ExtQuoted, b'"') => self.extra(Ext)?,
+            // No whitespace after the size (RFC 9112's BWS): hex digits, then `;` or CRLF.
+            (Size, b';') => self.extra(ExtStart)?,
+            (Size, b'\r') => SizeLf,
+            (Size, _) => return Err(ChunkError::BadSize),
+            (ExtStart | ExtName, b) if is_tchar(b) => self.extra(ExtName)?,
+            (ExtName, b'=') => self.extra(ExtValueStart)?,
+            (ExtValueStart | ExtToken, b) if is_tchar(b) => self.extra(ExtToken)?,
+            (ExtValueStart, b'"') => self.extra(ExtQuoted)?,
+            (ExtName | ExtToken | ExtQuotedEnd, b';') => self.extra(ExtStart)?,
+            (ExtName | ExtToken | ExtQuotedEnd, b'\r') => SizeLf,
+            (ExtQuoted, b'"') => self.extra(ExtQuotedEnd)?,
             (ExtQuoted, b'\\') => self.extra(ExtQuotedEscape)?,
-            (ExtQuoted, b) if is_field_byte(b) => self.extra(ExtQuoted)?,
-            (ExtQuotedEscape, b) if is_field_byte(b) => self.extra(ExtQuoted)?,
-            (Ext | ExtQuoted | ExtQuotedEscape, _) => return Err(ChunkError::BadExtension),
+            (ExtQuoted | ExtQuotedEscape, b) if is_field_byte(b) => self.extra(ExtQuoted)?,
+            (ExtStart | ExtName | ExtValueStart | ExtToken | ExtQuoted | ExtQuotedEscape | ExtQuotedEnd, _) => {
+                return Err(ChunkError::BadExtension);
+            }
             (SizeLf, b'\n') => self.after_size(),
             (SizeLf, _) => return Err(ChunkError::BadSize),
             (DataCr, b'\r') => DataLf,
@@ -170,11 +180,6 @@ fn hex_value(b: u8) -> u8 {
         b'a'..=b'f' => b - b'a' + 10,
         _ => b - b'A' + 10,
     }
-}
-
-/// A byte of a chunk extension outside quotes: token characters, `=`, `;` and whitespace.
-fn is_ext_byte(b: u8) -> bool {
-    is_tchar(b) || matches!(b, b'=' | b';' | b' ' | b'\t')
 }
 
 /// A byte a field value (or quoted string) may hold: visible ASCII, whitespace, obs-text; no

@@ -9,6 +9,7 @@
 pub mod chunked;
 pub mod framing;
 pub mod head;
+pub mod lines;
 pub mod write;
 
 #[cfg(test)]

@@ -151,3 +151,67 @@ proptest! {
         }
     }
 }
+
+/// Issue 32 item 13: what llhttp's strict mode refuses on a chunk-size line, refused here too:
+/// an empty extension, whitespace after the size (BWS), and extensions that are not
+/// `;name[=token|quoted-string]` with nothing between.
+#[test]
+fn chunk_size_lines_are_strict() {
+    let bad: [(&[u8], ChunkError); 13] = [
+        (b"2;\r\nhi\r\n0\r\n\r\n", ChunkError::BadExtension),
+        (b"a \r\n0123456789\r\n0\r\n\r\n", ChunkError::BadSize),
+        (b"a\t\r\n0123456789\r\n0\r\n\r\n", ChunkError::BadSize),
+        (b"5 ;a\r\nhello\r\n0\r\n\r\n", ChunkError::BadSize),
+        (b"5; a\r\nhello\r\n0\r\n\r\n", ChunkError::BadExtension),
+        (b"5;a =b\r\nhello\r\n0\r\n\r\n", ChunkError::BadExtension),
+        (b"5;a= b\r\nhello\r\n0\r\n\r\n", ChunkError::BadExtension),
+        (b"5;a=\r\nhello\r\n0\r\n\r\n", ChunkError::BadExtension),
+        (b"5;a=b c\r\nhello\r\n0\r\n\r\n", ChunkError::BadExtension),
+        (b"5;;a\r\nhello\r\n0\r\n\r\n", ChunkError::BadExtension),
+        (b"5;a=\"x\" \r\nhello\r\n0\r\n\r\n", ChunkError::BadExtension),
+        (b"5;a=\"x\"y\r\nhello\r\n0\r\n\r\n", ChunkError::BadExtension),
+        (b"0;\r\n\r\n", ChunkError::BadExtension),
+    ];
+    for (input, want) in bad {
+        assert_eq!(decode_in_pieces(input, 1).err(), Some(want), "{:?}", String::from_utf8_lossy(input));
+    }
+    let ok: [&[u8]; 4] = [
+        b"5;a\r\nhello\r\n0\r\n\r\n",
+        b"5;a=b;c;d=\"e;f\"\r\nhello\r\n0;z\r\n\r\n",
+        b"5;ilovew3=\"I \\\"love\\\"; \\\\extensions\\\\\";somuchlove=\"x\";blah;foo=bar\r\nhello\r\n0\r\n\r\n",
+        b"5;a=\"\"\r\nhello\r\n0\r\n\r\n",
+    ];
+    for input in ok {
+        assert_eq!(
+            decode_in_pieces(input, 2),
+            Ok((b"hello".to_vec(), input.len())),
+            "{:?}",
+            String::from_utf8_lossy(input)
+        );
+    }
+}
+
+/// Issue 32 item 13: a bare LF anywhere in a head is refused, in requests (400) and in
+/// responses (502): httparse alone accepts each of these.
+#[test]
+fn bare_lf_heads_are_refused() {
+    let requests: [&[u8]; 5] = [
+        b"GET / HTTP/1.1\nHost: a\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: a\r\nDummy: x\nContent-Length: 23\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a\r\n\n",
+        b"GET / HTTP/1.1\r\nHost: a\n\n",
+        b"\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+    ];
+    for case in requests {
+        let got = request(case);
+        assert_eq!(got.err(), Some(HeadError::Malformed("bare LF in the head")), "{:?}", String::from_utf8_lossy(case));
+    }
+    let responses: [&[u8]; 2] =
+        [b"HTTP/1.1 200 OK\r\nDummy: x\nContent-Length: 2\r\n\r\nhi", b"HTTP/1.1 200 OK\ncontent-length: 0\r\n\r\n"];
+    for case in responses {
+        let got = parse_response(&mut BytesMut::from(case), 1024, false);
+        assert_eq!(got.err(), Some(HeadError::Malformed("bare LF in the head")), "{:?}", String::from_utf8_lossy(case));
+    }
+    // A leading CRLF before the request line is still skipped (RFC 9112 section 2.2).
+    assert!(request(b"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n").is_ok_and(|h| h.is_some()));
+}

@@ -35,7 +35,7 @@ fn request(fields: &[(&str, Vec<u8>, u8)]) -> Vec<u8> {
         raw.extend_from_slice(name.as_bytes());
         raw.extend_from_slice([&b": "[..], b":", b":  \t"][usize::from(style % 3)]);
         raw.extend_from_slice(value);
-        raw.extend_from_slice([&b"\r\n"[..], b"\r\n", b" \r\n", b"\n"][usize::from(style / 3 % 4)]);
+        raw.extend_from_slice([&b"\r\n"[..], b"\r\n", b" \r\n", b"\t\r\n"][usize::from(style / 3 % 4)]);
     }
     raw.extend_from_slice(b"\r\n");
     raw
@@ -147,7 +147,8 @@ fn content_length_stays_when_connection_names_it() {
 
 #[test]
 fn kept_lines_are_copied_as_they_came_and_the_rest_normalised() {
-    let raw = b"GET /a HTTP/1.1\r\nHost:a\r\nX-A:  b\t\r\nConnection: x-gone\r\nX-Gone: 1\r\nX-C: c \r\nX-D: d\n\r\n";
+    let raw =
+        b"GET /a HTTP/1.1\r\nHost:a\r\nX-A:  b\t\r\nConnection: x-gone\r\nX-Gone: 1\r\nX-C: c \r\nX-D: d\t\r\n\r\n";
     let head = parse(raw).unwrap();
     let hop = Hop { peer: "10.0.0.1".parse().unwrap(), trusted: true, proto: "http" };
     let mut out = Vec::new();
