@@ -10,6 +10,7 @@ pub mod chunked;
 pub mod framing;
 pub mod head;
 pub mod lines;
+pub mod target;
 pub mod write;
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ pub fn for_backend(request: &RequestHead, conn: Conn, config: &Config, framing: 
     let mut out = Vec::with_capacity(512);
     let trusted = crate::forwarded::is_trusted(conn.client.ip(), &config.server.trusted_proxies);
     let hop = Hop { peer: conn.client.ip(), trusted, proto: conn.scheme.as_str() };
-    let target = request.uri.path_and_query().map_or("/", |p| p.as_str());
+    let target = &*crate::h1::target::origin_form(&request.uri);
     let client = Client { method: &request.method, target, raw: &request.raw, fields: request.fields(), websocket };
     request_head(&mut out, client, framing, hop);
     out
