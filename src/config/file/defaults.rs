@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use toml::Spanned;
 
 use super::{
-    AdminSection, AutoSize, ByteSize, Count, DirectorySection, DrainSection, HandoffSection, HealthSection, LimitsSection,
-    LogFormat, LogSection, OneOrMany, PlacementSection, ReloadSection, RoomsSection, ServerSection, ShutdownSection,
-    TimeoutsSection, UpstreamSection,
+    AdminSection, AutoSize, ByteSize, Count, DirectorySection, DrainSection, HandoffSection, HealthSection,
+    LimitsSection, LogFormat, LogSection, OneOrMany, PlacementSection, ReloadSection, RoomsSection, ServerSection,
+    ShutdownSection, TimeoutsSection, UpstreamSection,
 };
 use crate::config::duration::{HumanDuration, OptionalDuration};
 use crate::placement::Algorithm;
