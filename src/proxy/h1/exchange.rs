@@ -73,12 +73,12 @@ impl Gateway {
         };
         let view = head.view();
         let (mut route, mut backend) = (self.none.clone(), self.none.clone());
-        let prepared = self.prepare(&snap, &view, conn, &mut record, &mut route, &mut backend).await;
+        let prepared = self.prepare(&snap, &view, head.kind, conn, &mut record, &mut route, &mut backend).await;
         let result = match prepared {
             Ok(Prepared::Send { target, holds }) => {
                 self.exchange(&snap, &head, &ask, &target, holds, client, conn, &mut record, stop).await
             }
-            // Only a WebSocket handshake waits for its first message, and those go to hyper.
+            // Only a WebSocket handshake waits for its first message, and those are upgrade_h1's.
             Ok(Prepared::Djust { .. }) => Err(ClientError::NoRoute.into()),
             Err(e) => Err(e),
         };
