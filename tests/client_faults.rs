@@ -9,9 +9,13 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use common::*;
 use futures_util::{StreamExt, stream};
 use http::StatusCode;
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -233,4 +237,44 @@ async fn spoofed_client_address_headers_are_replaced() {
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains("x-real-ip: 127.0.0.1\n"), "{body}");
     assert!(!body.contains("6.6.6.6"), "{body}");
+}
+
+/// A forwarding or client-address field spelt with `_` (`X_Forwarded_Proto`) reads, to a WSGI
+/// or Rack server, as the field itself: Django's `HTTP_X_FORWARDED_PROTO` joins both, the
+/// client's first. So from an untrusted client every spelling goes, and the twin goes even from
+/// a trusted proxy (no proxy writes one), on HTTP/1.1 and HTTP/2 alike (issue 32 item 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_fields_spelt_with_underscores_are_dropped_on_both_protocols() {
+    let backends = backends(1).await;
+    let spoof = [
+        ("X_Forwarded_Proto", "https"),
+        ("X_Forwarded_For", "6.6.6.6"),
+        ("x-forwarded_host", "evil.example"),
+        ("X_Real_IP", "6.6.6.6"),
+        ("True_Client_IP", "6.6.6.6"),
+        ("X-Forwarded-Port", "6666"),
+        ("X-Forwarded-Prefix", "/evil"),
+        ("Forwarded", "for=6.6.6.6"),
+        ("X_Room", "kept"),
+    ];
+    let h2 = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Full<Bytes>>();
+    for (trusted, extra) in [(false, ""), (true, "[server]\ntrusted_proxies = [\"127.0.0.0/8\"]\n")] {
+        let proxy = Proxy::start(&config(&backend_list(&backends), ROUTES, extra)).await;
+        for (protocol, client) in [("HTTP/1.1", &http_client()), ("HTTP/2", &h2)] {
+            let (status, _, body) = get(client, &proxy.url("/echo-headers"), &spoof).await;
+            let case = format!("{protocol}, trusted: {trusted}:\n{body}");
+            assert_eq!(status, StatusCode::OK, "{case}");
+            assert!(body.contains("x_room: kept\n"), "an underscore in another name is kept: {case}");
+            for twin in ["x_forwarded", "x-forwarded_host", "x_real_ip", "true_client_ip"] {
+                assert!(!body.contains(twin), "{twin} forwarded: {case}");
+            }
+            assert!(body.contains("x-forwarded-proto: http\n") && !body.contains("https"), "{case}");
+            assert!(!body.contains("evil.example") && body.contains("x-forwarded-for: 127.0.0.1\n"), "{case}");
+            // A trusted proxy's own dash-spelt fields pass; an untrusted client's do not.
+            for field in ["x-forwarded-port: 6666\n", "x-forwarded-prefix: /evil\n", "forwarded: for=6.6.6.6\n"] {
+                assert_eq!(body.contains(field), trusted, "{field:?}: {case}");
+            }
+        }
+        proxy.shutdown().await;
+    }
 }

@@ -7,7 +7,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Uri};
 
 use crate::fields::{Fields, has_token};
-use crate::forwarded::X_FORWARDED_FOR;
+use crate::forwarded::{self, X_FORWARDED_FOR};
 use crate::h1::head::named_by_connection;
 
 /// Headers that describe one hop only (RFC 9110 section 7.6.1), plus common non-standard ones.
@@ -25,14 +25,7 @@ static HOP_BY_HOP: [HeaderName; HOP_BY_HOP_COUNT] = [
 
 pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-static FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 pub static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
-/// Client-address headers other proxies and CDNs set; from an untrusted peer they are lies.
-pub(crate) static CLIENT_ADDRESS: [HeaderName; 3] = [
-    HeaderName::from_static("true-client-ip"),
-    HeaderName::from_static("x-client-ip"),
-    HeaderName::from_static("cf-connecting-ip"),
-];
 
 /// True for a WebSocket handshake: `Connection: upgrade` and `Upgrade: websocket`.
 pub fn is_websocket_upgrade<F: Fields + ?Sized>(fields: &F) -> bool {
@@ -79,19 +72,28 @@ pub fn set_websocket_upgrade(headers: &mut HeaderMap) {
 
 /// Sets X-Forwarded-For (ending with the client's address), -Proto and -Host. From a trusted
 /// proxy the incoming values are kept and extended; from anyone else they are replaced, so a
-/// client cannot make a backend believe it comes from another address: `X-Real-IP` becomes the
-/// peer's address, and `Forwarded`, `True-Client-IP`, `X-Client-IP` and `CF-Connecting-IP` go.
+/// client cannot make a backend believe it comes from another address or scheme: `X-Real-IP`
+/// becomes the peer's address, and every other forwarding or client-address header
+/// ([`forwarded::is_forwarding`]: `Forwarded`, `X-Forwarded-Port`, `True-Client-IP`, ...) goes.
+/// A forwarding header spelt with `_` (`X_Forwarded_Proto`) goes whoever sent it.
 pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, trusted: bool, proto: &'static str) {
     let mut text = [0u8; 45];
     let peer_text = address_text(peer, &mut text);
     // One pass over the names finds which forwarding headers are present: most requests carry
     // none, and a lookup (or removal) per absent name costs more than the scan.
-    let (mut xff, mut xfp, mut xfh, mut lies) = (false, false, false, false);
+    let (mut xff, mut xfp, mut xfh) = (false, false, false);
+    let mut lies: Vec<HeaderName> = Vec::new();
     for name in headers.keys() {
         xff |= name == X_FORWARDED_FOR;
         xfp |= name == X_FORWARDED_PROTO;
         xfh |= name == X_FORWARDED_HOST;
-        lies |= name == FORWARDED || CLIENT_ADDRESS.contains(name);
+        let bytes = name.as_str().as_bytes();
+        if forwarded::is_forwarding_twin(bytes) || (!trusted && forwarded::is_forwarding(bytes)) {
+            lies.push(name.clone());
+        }
+    }
+    for name in &lies {
+        headers.remove(name);
     }
     let value = match trusted && xff {
         true => {
@@ -122,12 +124,6 @@ pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, trusted: bool, proto
         }
     }
     if !trusted {
-        if lies {
-            headers.remove(&FORWARDED);
-            for name in &CLIENT_ADDRESS {
-                headers.remove(name);
-            }
-        }
         // nginx's convention: X-Real-IP is the address the proxy saw.
         if let Ok(v) = HeaderValue::from_str(peer_text) {
             headers.insert(&X_REAL_IP, v);

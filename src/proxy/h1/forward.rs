@@ -9,11 +9,12 @@ use http::Method;
 
 use crate::config::Config;
 use crate::fields::is_visible;
+use crate::forwarded;
 use crate::h1::head::end_to_end;
 use crate::h1::write::field;
 use crate::h1::{Framing, RequestHead};
 use crate::proxy::Conn;
-use crate::proxy::headers::{CLIENT_ADDRESS, address_text};
+use crate::proxy::headers::address_text;
 
 /// Who the request came from, as the forwarding fields say it.
 #[derive(Clone, Copy, Debug)]
@@ -29,7 +30,7 @@ pub struct Hop {
 /// (`websocket`: a handshake), from the connection `conn`.
 pub fn for_backend(request: &RequestHead, conn: Conn, config: &Config, framing: Framing, websocket: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(512);
-    let trusted = crate::forwarded::is_trusted(conn.client.ip(), &config.server.trusted_proxies);
+    let trusted = forwarded::is_trusted(conn.client.ip(), &config.server.trusted_proxies);
     let hop = Hop { peer: conn.client.ip(), trusted, proto: conn.scheme.as_str() };
     let target = &*crate::h1::target::origin_form(&request.uri);
     let client = Client { method: &request.method, target, raw: &request.raw, fields: request.fields(), websocket };
@@ -157,17 +158,13 @@ impl<'a> Seen<'a> {
 }
 
 /// Whether the client's field `name` is dropped because this hop writes its own: always
-/// `X-Forwarded-For` (rewritten whole, extended from a trusted proxy); from anyone else, the
-/// other forwarding fields and the client-address fields too.
+/// `X-Forwarded-For` (rewritten whole, extended from a trusted proxy) and every forwarding
+/// field spelt with `_`; from anyone else, every forwarding and client-address field
+/// ([`forwarded::is_forwarding`]).
 fn replaced(name: &[u8], trusted: bool) -> bool {
-    if name.eq_ignore_ascii_case(b"x-forwarded-for") {
-        return true;
-    }
-    !trusted
-        && [&b"x-forwarded-proto"[..], b"x-forwarded-host", b"x-real-ip", b"forwarded"]
-            .into_iter()
-            .chain(CLIENT_ADDRESS.iter().map(|n| n.as_str().as_bytes()))
-            .any(|r| name.eq_ignore_ascii_case(r))
+    name.eq_ignore_ascii_case(b"x-forwarded-for")
+        || forwarded::is_forwarding_twin(name)
+        || (!trusted && forwarded::is_forwarding(name))
 }
 
 /// `X-Forwarded-For`: the peer, after the values a trusted proxy sent (`extend`) that are
