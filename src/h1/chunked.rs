@@ -5,6 +5,9 @@
 
 use std::ops::Range;
 
+use super::framing::Framing;
+use super::head::HeadError;
+
 /// Most hex digits in a chunk size: 16 fill a u64.
 const MAX_SIZE_DIGITS: usize = 16;
 /// Most bytes of chunk extensions and of trailer fields in one body (hyper allows 16 KiB of
@@ -190,6 +193,25 @@ fn is_field_byte(b: u8) -> bool {
 
 fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Refuses a request whose chunked body (`framing`) already goes bad in the bytes read with its
+/// head (`body`, what follows the head in the buffer): the head is then never sent to a backend,
+/// which would otherwise see it and a cut body. What is not read yet is decoded as it comes.
+pub fn refuse_bad_start(framing: Framing, body: &[u8]) -> Result<(), HeadError> {
+    if framing != Framing::Chunked {
+        return Ok(());
+    }
+    let mut decoder = ChunkedDecoder::default();
+    let mut at = 0;
+    while at < body.len() {
+        let step = decoder.decode(&body[at..]).map_err(|_| HeadError::Malformed("invalid chunked body"))?;
+        if step.done || step.consumed == 0 {
+            break;
+        }
+        at += step.consumed;
+    }
+    Ok(())
 }
 
 /// The size line of a chunk of `len` bytes, in `out`.

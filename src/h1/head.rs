@@ -212,6 +212,7 @@ pub fn parse_request(buf: &mut BytesMut, limit: usize) -> Result<Option<RequestH
         return Err(HeadError::Malformed("invalid header value"));
     }
     let framing = framing(named(b"content-length"), named(b"transfer-encoding"), version == Version::HTTP_10, true)?;
+    super::chunked::refuse_bad_start(framing, buf)?;
     let has = |name: &'static [u8], token: &[u8]| {
         named(name).flat_map(|v| v.split(|&b| b == b',')).any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
     };

@@ -215,3 +215,17 @@ fn bare_lf_heads_are_refused() {
     // A leading CRLF before the request line is still skipped (RFC 9112 section 2.2).
     assert!(request(b"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n").is_ok_and(|h| h.is_some()));
 }
+
+/// A chunked body that already goes bad in the bytes read with its head refuses the head, so a
+/// backend never sees it; one that is only cut short, or well formed, does not.
+#[test]
+fn a_bad_chunked_start_refuses_the_head() {
+    let head = "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for body in ["2;\r\nhi\r\n0\r\n\r\n", "a \r\n0123456789\r\n0\r\n\r\n", "5\r\nhelloXX"] {
+        let got = request(format!("{head}{body}").as_bytes());
+        assert_eq!(got.err(), Some(HeadError::Malformed("invalid chunked body")), "{body:?}");
+    }
+    for body in ["", "5\r\nhel", "5;a=b\r\nhello\r\n0\r\n\r\nGET / HTTP/1.1\r\n\r\n", "0\r\n\r\nnot a request"] {
+        assert!(request(format!("{head}{body}").as_bytes()).is_ok_and(|h| h.is_some()), "{body:?}");
+    }
+}
