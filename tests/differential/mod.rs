@@ -386,7 +386,7 @@ pub fn generate(c: &mut Choices<'_>) -> Vec<u8> {
         }
         out.push(b':');
         const OWS: [&[u8]; 4] = [b" ", b"", b"\t", b"  "];
-        let ows: &[u8] = *c.pick::<&[u8]>(&OWS);
+        let ows: &[u8] = c.pick::<&[u8]>(&OWS);
         out.extend_from_slice(ows);
         out.extend_from_slice(&value);
         out.extend_from_slice(if c.chance(8) { b"\n" } else { b"\r\n" });
