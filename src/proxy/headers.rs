@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Uri};
 
-use crate::fields::{Fields, has_token};
+use crate::fields::Fields;
 use crate::forwarded::{self, X_FORWARDED_FOR};
 use crate::h1::head::named_by_connection;
 
@@ -26,11 +26,6 @@ static HOP_BY_HOP: [HeaderName; HOP_BY_HOP_COUNT] = [
 pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 pub static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
-
-/// True for a WebSocket handshake: `Connection: upgrade` and `Upgrade: websocket`.
-pub fn is_websocket_upgrade<F: Fields + ?Sized>(fields: &F) -> bool {
-    has_token(fields, "connection", "upgrade") && has_token(fields, "upgrade", "websocket")
-}
 
 /// Removes hop-by-hop headers, including every header the `Connection` header names. `Upgrade`
 /// goes too; the WebSocket path puts the handshake's own headers back.
@@ -242,13 +237,6 @@ mod tests {
             let v6 = IpAddr::from(std::net::Ipv6Addr::from(v6));
             proptest::prop_assert_eq!(address_text(v6, &mut buf), v6.to_string());
         }
-    }
-
-    #[test]
-    fn detects_websocket_upgrade() {
-        assert!(is_websocket_upgrade(&map(&[("connection", "keep-alive, Upgrade"), ("upgrade", "WebSocket")])));
-        assert!(!is_websocket_upgrade(&map(&[("connection", "upgrade"), ("upgrade", "h2c")])));
-        assert!(!is_websocket_upgrade(&map(&[("upgrade", "websocket")])));
     }
 
     #[test]
