@@ -98,6 +98,17 @@ const AT_ONCE: usize = 8;
 /// Statuses roomgate may refuse a request with.
 const REFUSALS: [u16; 7] = [400, 404, 405, 413, 431, 501, 505];
 
+/// Cases where roomgate is looser than llhttp's strict mode or changes the target, found by this
+/// test and not fixed yet (issue 32's closing note; none lets a request be framed two ways: each
+/// is about the method or the target's bytes). Each must still fail as described, so that a fix
+/// makes the entry stale and the test says to remove it.
+const KNOWN_DIVERGENT: &[(&str, &str)] = &[
+    ("invalid.md:356", "unknown method MKCOLA is forwarded; llhttp refuses methods outside its list"),
+    ("invalid.md:66", "RTSP method ANNOUNCE with an HTTP version is forwarded"),
+    ("uri.md:148", "raw UTF-8 in the path is forwarded, and the fragment is dropped"),
+    ("uri.md:165", "the fragment (#posts-17408) is dropped from the target the backend gets"),
+];
+
 /// Cases llhttp's strict mode accepts and roomgate refuses, each with the status it answers and
 /// why that is right for an edge proxy. Every entry must be exercised: a case here that roomgate
 /// forwards fails the test (the entry is stale).
@@ -711,7 +722,10 @@ async fn llhttp_request_corpus_through_roomgate() {
             reason(&run.client),
             if prepared.hosted { " [Host added]" } else { "" },
         );
+        let known = KNOWN_DIVERGENT.iter().any(|(id, _)| *id == case.id);
         match result {
+            Ok(_) if known => failures.push(format!("{}: KNOWN_DIVERGENT entry is stale, remove it", case.id)),
+            Err(_) if known => *counts.entry("KnownDivergent".to_owned()).or_default() += 1,
             Ok(r) => *counts.entry(format!("{r:?}")).or_default() += 1,
             Err(why) => failures.push(format!(
                 "{} ({}; llhttp: {}): {why}\n  sent: {:?}\n  answer: {:?}\n  backend: {:?}",
