@@ -1,6 +1,6 @@
 //! What a request or a WebSocket holds against the limits while it lasts ([`Holds`]), and the
 //! response body that keeps a request's holds until the client has its last byte
-//! ([`HeldBody`]).
+//! ([`HeldBody`]), with an HTTP/2 stream's count against its address.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
 
-use super::{AddrTicket, ConnTicket};
+use super::{AddrTicket, ConnTicket, StreamTicket};
 use crate::backends::BackendSlot;
 
 /// Counts released when dropped: the client connection (a WebSocket outlives the HTTP
@@ -45,9 +45,14 @@ impl Held {
 }
 
 /// Moves the holds the request path attached to `resp` into its body.
-pub fn hold_body<B>(mut resp: Response<B>) -> Response<HeldBody<B>> {
+pub fn hold_body<B>(resp: Response<B>) -> Response<HeldBody<B>> {
+    hold_stream(resp, None)
+}
+
+/// [`hold_body`], and the HTTP/2 stream's count against its address ([`StreamTicket`]) too.
+pub fn hold_stream<B>(mut resp: Response<B>, stream: Option<StreamTicket>) -> Response<HeldBody<B>> {
     let held = resp.extensions_mut().remove::<Held>();
-    resp.map(|inner| HeldBody { inner, held })
+    resp.map(|inner| HeldBody { inner, held, stream })
 }
 
 /// A response body that releases its request's holds at its end, or when dropped unfinished
@@ -55,6 +60,7 @@ pub fn hold_body<B>(mut resp: Response<B>) -> Response<HeldBody<B>> {
 pub struct HeldBody<B> {
     inner: B,
     held: Option<Held>,
+    stream: Option<StreamTicket>,
 }
 
 impl<B: Body + Unpin> Body for HeldBody<B> {
@@ -65,6 +71,7 @@ impl<B: Body + Unpin> Body for HeldBody<B> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         if let Poll::Ready(None | Some(Err(_))) = polled {
             self.held = None;
+            self.stream = None;
         }
         polled
     }

@@ -1,8 +1,9 @@
 //! Connection limits: client connections in all (`limits.max_connections`) and per client
 //! (`limits.max_connections_per_ip`), counted from accept until the connection, or a WebSocket
 //! it became, ends; behind a trusted proxy, per forwarded client, per request and per
-//! WebSocket. Also what a request holds against the limits ([`Holds`]) and the refusal's metric
-//! and throttled log line. The per-backend count (`upstream.max_connections_per_backend`) is
+//! WebSocket; an HTTP/2 connection counts as many as it has streams open ([`StreamTicket`]).
+//! Also what a request holds against the limits ([`Holds`]) and the refusal's metric and
+//! throttled log line. The per-backend count (`upstream.max_connections_per_backend`) is
 //! kept by each backend ([`crate::backends::BackendSlot`]).
 
 mod addr;
@@ -12,18 +13,19 @@ pub mod memory;
 
 use std::fmt::Display;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::fields::Fields;
 
 pub use addr::{AddrKey, PerAddress, forwarded_client};
-pub use held::{Held, HeldBody, Holds, hold_body};
+pub use held::{Held, HeldBody, Holds, hold_body, hold_stream};
 
 use crate::config::Config;
 use crate::error::LimitError;
 use crate::forwarded::is_trusted;
+use crate::lock::lock;
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
 use crate::throttle::Throttle;
@@ -52,10 +54,25 @@ pub struct AddrTicket {
     key: AddrKey,
 }
 
+/// An HTTP/2 stream open on a connection, counted against the connection's address
+/// ([`ConnTicket::open_stream`]) until it drops.
+pub struct StreamTicket {
+    counted: Arc<Counted>,
+}
+
 /// A connection counted in `open`, and for its address when it has one.
 struct Counted {
     admission: Arc<Admission>,
     addr: Option<AddrKey>,
+    streams: Mutex<Streams>,
+}
+
+/// A connection's HTTP/2 streams: the connection's own count covers its first stream; every
+/// further one open at once takes one more from its address. `extra` is what it took.
+#[derive(Default)]
+struct Streams {
+    open: usize,
+    extra: usize,
 }
 
 // === impl Admission ===
@@ -100,7 +117,7 @@ impl Admission {
             return Err(LimitError { limit: MAX_CONNECTIONS, max });
         }
         // From here on, dropping `counted` gives the connection back.
-        let mut counted = Counted { admission: self.clone(), addr: None };
+        let mut counted = Counted { admission: self.clone(), addr: None, streams: Mutex::default() };
         let config = &snap.config;
         if let Some(max) = config.limits.max_connections_per_ip
             && !is_trusted(peer, &config.server.trusted_proxies)
@@ -135,6 +152,48 @@ impl Admission {
         match self.addrs.try_add(key, max) {
             true => Ok(key),
             false => Err(LimitError { limit: MAX_CONNECTIONS_PER_IP, max }),
+        }
+    }
+}
+
+// === impl ConnTicket ===
+
+impl ConnTicket {
+    /// An HTTP/2 stream opened on this connection. The connection's own count covers one stream;
+    /// each further stream open at the same time counts one more against the connection's
+    /// address, so that a connection with `n` streams open counts as `n` connections: refused
+    /// when the address has `max` (`limits.max_connections_per_ip` now) already. Counts nothing
+    /// for a connection not counted per address (a trusted proxy's, or accepted with the limit
+    /// off) or when `max` is `None`.
+    pub fn open_stream(&self, max: Option<usize>) -> Result<StreamTicket, LimitError> {
+        let counted = &self._counted;
+        let mut streams = lock(&counted.streams);
+        streams.open += 1;
+        if let (Some(key), Some(max)) = (counted.addr, max)
+            && streams.open - 1 > streams.extra
+        {
+            if !counted.admission.addrs.try_add(key, max) {
+                streams.open -= 1;
+                return Err(LimitError { limit: MAX_CONNECTIONS_PER_IP, max });
+            }
+            streams.extra += 1;
+        }
+        drop(streams);
+        Ok(StreamTicket { counted: counted.clone() })
+    }
+}
+
+impl Drop for StreamTicket {
+    fn drop(&mut self) {
+        let counted = &self.counted;
+        let mut streams = lock(&counted.streams);
+        streams.open -= 1;
+        // Whichever stream ends, the count stays one per stream beyond the first.
+        if streams.extra > streams.open.saturating_sub(1) {
+            streams.extra -= 1;
+            if let Some(key) = counted.addr {
+                counted.admission.addrs.remove(key);
+            }
         }
     }
 }
@@ -229,6 +288,35 @@ mod tests {
         assert_eq!(a.open(), 1, "a refused connection is not left in the total");
         let _proxy = [a.admit(ip("10.0.0.1"), &snap).unwrap(), a.admit(ip("10.0.0.1"), &snap).unwrap()];
         assert_eq!(a.addresses(), 1, "the trusted proxy is not counted per address");
+    }
+
+    #[test]
+    fn h2_streams_beyond_the_first_count_against_the_address() {
+        let snap = snapshot("max_connections_per_ip = 3");
+        let max = snap.config.limits.max_connections_per_ip;
+        let a = Admission::with_nofile(None);
+        let key = AddrKey::from(ip("192.0.2.1"));
+        let conn = a.admit(ip("192.0.2.1"), &snap).unwrap();
+        let first = conn.open_stream(max).unwrap();
+        assert_eq!(a.count(key), 1, "the connection's own count covers its first stream");
+        let second = conn.open_stream(max).unwrap();
+        let _other = a.admit(ip("192.0.2.1"), &snap).unwrap();
+        assert_eq!(a.count(key), 3);
+        let refused = conn.open_stream(max).err().unwrap();
+        assert_eq!((refused.limit, refused.max), (MAX_CONNECTIONS_PER_IP, 3));
+        assert!(a.admit(ip("192.0.2.1"), &snap).is_err(), "the streams hold the address's allowance");
+        drop(first);
+        assert_eq!(a.count(key), 2, "one stream open: the connection alone counts for it");
+        let third = conn.open_stream(max).unwrap();
+        assert_eq!(a.count(key), 3);
+        drop((second, third));
+        assert_eq!(a.count(key), 2);
+        drop(conn);
+        assert_eq!(a.count(key), 1);
+        // Unlimited, or a trusted proxy's connection: streams take nothing.
+        let proxy = a.admit(ip("10.0.0.1"), &snap).unwrap();
+        let _streams: Vec<_> = (0..10).map(|_| proxy.open_stream(max).unwrap()).collect();
+        assert_eq!(a.count(AddrKey::from(ip("10.0.0.1"))), 0);
     }
 
     #[test]

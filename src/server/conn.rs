@@ -22,15 +22,29 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::limits::{ConnTicket, hold_body};
+use crate::error::{ProxyError, respond};
+use crate::limits::{self, ConnTicket, HeldBody, hold_body, hold_stream};
 use crate::proxy::h1::{self, Rewind};
-use crate::proxy::{Conn, Gateway, Scheme};
+use crate::proxy::{Conn, Gateway, ResponseBody, Scheme};
 
 /// The HTTP/2 connection preface a client with prior knowledge opens with (h2c).
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Most concurrent streams a client may open on one HTTP/2 connection.
-const MAX_STREAMS: u32 = 256;
+/// Most concurrent streams a client may open on one HTTP/2 connection, advertised in SETTINGS;
+/// a stream past it is reset with REFUSED_STREAM. 100: the least RFC 9113 (section 5.1.2)
+/// recommends, so that parallelism is not held back, and HAProxy's default (nginx's is 128).
+/// Browsers rarely have more in flight to one origin; every stream may hold a backend
+/// connection and up to [`MAX_SEND_BUF`] of response, so fewer bounds what one connection holds.
+const MAX_STREAMS: u32 = 100;
+
+/// Most response bytes hyper's HTTP/2 server buffers per stream for a client whose flow-control
+/// window is open but which does not read (hyper's default: about 400 KiB). 64 KiB is the
+/// protocol's default window (65,535), so a stream still fills a default window at once, and the
+/// socket's own buffer keeps the wire busy meanwhile. Besides this buffer a stream holds up to
+/// three chunks of the backend's body as hyper's HTTP/1.1 client read them. Measured
+/// (tests/http2_limits.rs): a connection that opened [`MAX_STREAMS`] streams and stopped reading
+/// held 21 to 35 MB; with 256 streams and hyper's default, 330 to 345 MB (docs/limits.md).
+const MAX_SEND_BUF: usize = 64 * 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Proto {
@@ -55,6 +69,13 @@ impl Protocols {
         let mut h2 = http2::Builder::new(TokioExecutor::new());
         h2.timer(TokioTimer::new())
             .max_concurrent_streams(MAX_STREAMS)
+            .max_send_buf_size(MAX_SEND_BUF)
+            // Kept at the defaults, which bound the rapid-reset (CVE-2023-44487) and
+            // provoked-reset (RUSTSEC-2024-0003) floods: 20 streams a client opened and reset
+            // before they were served, 1024 streams roomgate reset for a client's errors; past
+            // either, GOAWAY. Set here so that a change in hyper's defaults is not silent.
+            .max_pending_accept_reset_streams(20)
+            .max_local_error_reset_streams(1024)
             .max_header_list_size(u32::try_from(head_backstop).unwrap_or(u32::MAX))
             // Finds peers that went away without a word (idle connections close sooner anyway
             // unless timeouts.request_head is long).
@@ -66,7 +87,8 @@ impl Protocols {
 
 /// Serves a connection of a plain listener: HTTP/2 if it opens with the h2c preface, else
 /// HTTP/1.1. `ticket` counts it against the connection limits until it ends (or, once it
-/// becomes a WebSocket, until the WebSocket does).
+/// becomes a WebSocket, until the WebSocket does); on HTTP/2, each stream past the first counts
+/// once more against the client's address while it is open.
 pub(super) async fn serve_plain(
     stream: TcpStream,
     client: SocketAddr,
@@ -166,10 +188,7 @@ async fn serve<I>(
             h1::serve(&gateway, io, &first, conn, &ticket, protocols.idle, &stop).await;
             return;
         }
-        Proto::Http2 => {
-            let _ticket = ticket;
-            serve_h2(Rewind::new(first, io), conn, gateway, protocols, stop).await
-        }
+        Proto::Http2 => serve_h2(Rewind::new(first, io), conn, ticket, gateway, protocols, stop).await,
     };
     if let Err(e) = result {
         log_connection_error(&e);
@@ -177,10 +196,14 @@ async fn serve<I>(
 }
 
 /// HTTP/2: shutdown and idleness (no new request for `idle`) both send GOAWAY; streams in
-/// flight finish.
+/// flight finish. Each stream counts against the client's address while it is open, from its
+/// head to the end of its response ([`ConnTicket::open_stream`]): one past the address's
+/// `limits.max_connections_per_ip` is answered 503 with `Retry-After`, and the connection's
+/// other streams go on.
 async fn serve_h2<I>(
     io: I,
     conn: Conn,
+    ticket: ConnTicket,
     gateway: Arc<Gateway>,
     protocols: &Protocols,
     stop: CancellationToken,
@@ -193,7 +216,13 @@ where
     let service = service_fn(move |req| {
         counter.fetch_add(1, Ordering::Relaxed);
         let gateway = gateway.clone();
-        async move { Ok::<_, Infallible>(hold_body(gateway.handle(req, conn).await)) }
+        let stream = ticket.open_stream(gateway.snapshot().config.limits.max_connections_per_ip);
+        async move {
+            Ok::<_, Infallible>(match stream {
+                Ok(stream) => hold_stream(gateway.handle(req, conn).await, Some(stream)),
+                Err(e) => refuse_stream(&gateway, e, conn.client),
+            })
+        }
     });
     let c = protocols.h2.serve_connection(TokioIo::new(io), service);
     tokio::pin!(c);
@@ -214,6 +243,17 @@ where
     }
     c.as_mut().graceful_shutdown();
     c.await
+}
+
+/// The answer to a stream past the client address's allowance: 503 with `Retry-After`, as for
+/// a forwarded client past it; counted and logged (throttled) as a refusal of that limit.
+fn refuse_stream(
+    gateway: &Gateway,
+    e: crate::error::LimitError,
+    client: SocketAddr,
+) -> http::Response<HeldBody<ResponseBody>> {
+    let e = limits::refused(gateway.metrics(), e, &client);
+    hold_body(respond(&ProxyError::Limit(e)).map(ResponseBody::local))
 }
 
 /// Malformed or oversized requests were answered by hyper (400/431); say so once. Peers that
