@@ -205,7 +205,7 @@ pub fn refuse_bad_start(framing: Framing, body: &[u8]) -> Result<(), HeadError> 
     let mut decoder = ChunkedDecoder::default();
     let mut at = 0;
     while at < body.len() {
-        let step = decoder.decode(&body[at..]).map_err(|_| HeadError::Malformed("invalid chunked body"))?;
+        let step = decoder.decode(&body[at..]).map_err(|_| HeadError::BadBody)?;
         if step.done || step.consumed == 0 {
             break;
         }

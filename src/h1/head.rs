@@ -32,6 +32,10 @@ pub enum HeadError {
     /// a `CONNECT` (a request only).
     #[error(transparent)]
     Handshake(#[from] Refused),
+    /// The chunked body read with the head is already malformed: refused as the body itself
+    /// would be (the same answer whether its bad bytes came with the head or after it).
+    #[error("malformed chunked body")]
+    BadBody,
 }
 
 /// A request head, as the request path reads it.
@@ -178,6 +182,7 @@ impl HeadError {
             HeadError::Framing(f) => f.reason(),
             HeadError::Handshake(Refused::Bad(why)) => why,
             HeadError::Handshake(Refused::Connect) => "CONNECT is not served",
+            HeadError::BadBody => "invalid chunked body",
         }
     }
 }

@@ -23,10 +23,11 @@ use self::body::Side;
 use self::exchange::Next;
 pub use self::rewind::Rewind;
 use super::{Conn, Gateway};
-use crate::error::{ClientError, ProxyError};
+use crate::error::{BodyProblem, ClientError, ProxyError};
 use crate::h1::{HeadError, RequestHead, parse_request};
 use crate::handshake::Kind;
 use crate::limits::ConnTicket;
+use crate::metrics::RequestLabels;
 
 /// Serves HTTP/1.1 on `io` (whose first bytes, read already, are `first`) until the client
 /// leaves, a request closes the connection, no request head comes within `idle`, or `stop`
@@ -116,7 +117,11 @@ async fn refuse<I: AsyncRead + AsyncWrite + Unpin>(gateway: &Gateway, client: &m
             ClientError::TooManyHeaders { count: crate::h1::head::MAX_HEADERS + 1, limit: limits.max_headers }.into()
         }
         HeadError::Handshake(refused) => ClientError::from(refused).into(),
+        HeadError::BadBody => ClientError::Body(BodyProblem::Malformed).into(),
         HeadError::Malformed(_) | HeadError::Framing(_) => ClientError::BadHead(e.reason()).into(),
     };
     exchange::write_error(client, &err, None, conn, false).await;
+    // Counted like any answered request: a refused head has no route and no backend.
+    let none = gateway.none.clone();
+    gateway.metrics.request(&RequestLabels { route: none.clone(), status: err.status().as_u16(), backend: none });
 }
