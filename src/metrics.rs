@@ -79,6 +79,7 @@ pub struct Metrics {
     tls_cert_reloads: Family<OutcomeLabel, Counter>,
     refused: Family<LimitLabel, Counter>,
     rooms_over_cap: Counter,
+    client_write_timeouts: Counter,
     join_waits: Histogram,
     handoff: handoff::HandoffMetrics,
     /// Fronts for `requests` and `upstream_seconds`, counted on every request.
@@ -107,6 +108,7 @@ impl Metrics {
             tls_cert_reloads: Family::default(),
             refused: Family::default(),
             rooms_over_cap: Counter::default(),
+            client_write_timeouts: Counter::default(),
             join_waits: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
             handoff: handoff::HandoffMetrics::default(),
             hot_requests: Hot::new(),
@@ -183,6 +185,12 @@ impl Metrics {
             self.rooms_over_cap.clone(),
         );
         r.register(
+            "client_write_timeouts",
+            "Client connections closed because the client accepted no byte for timeouts.client_write \
+             (both sides closed; never counted against a backend)",
+            self.client_write_timeouts.clone(),
+        );
+        r.register(
             "room_join_wait_seconds",
             "Time a request or socket waited for its room to settle before joining (a move in progress across \
              the fleet, or the shared directory rebuilding); only those that waited",
@@ -193,6 +201,11 @@ impl Metrics {
     /// Counts a connection or request refused by `limit` (its config key).
     pub fn refused(&self, limit: &'static str) {
         self.refused.get_or_create(&LimitLabel { limit }).inc();
+    }
+
+    /// The counter of client connections closed by `timeouts.client_write` (one per connection).
+    pub fn client_write_timeouts(&self) -> Counter {
+        self.client_write_timeouts.clone()
     }
 
     /// The counter of new rooms not recorded over `limits.max_rooms` (handed to the directory).

@@ -93,6 +93,7 @@ pub struct TimeoutsSection {
     pub first_message: Spanned<HumanDuration>,
     pub request_body: OptionalDuration,
     pub request_body_idle: OptionalDuration,
+    pub client_write: Spanned<HumanDuration>,
 }
 
 #[derive(Deserialize)]

@@ -175,6 +175,9 @@ pub struct Timeouts {
     pub request_body: Option<Duration>,
     /// Longest pause in a request body; `None`: no limit.
     pub request_body_idle: Option<Duration>,
+    /// Longest a write to a client may wait with no byte accepted; past it the connection (and
+    /// its backend connection or WebSocket) closes, as the client's doing.
+    pub client_write: Duration,
 }
 
 #[derive(Clone, Debug)]

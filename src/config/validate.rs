@@ -335,6 +335,7 @@ impl Validator<'_> {
             ("upstream_response", &t.upstream_response),
             ("websocket_close", &t.websocket_close),
             ("first_message", &t.first_message),
+            ("client_write", &t.client_write),
         ] {
             if d.get_ref().0.is_zero() {
                 return Err(self.err(d, format!("timeouts.{name} must be more than 0")));
@@ -349,6 +350,7 @@ impl Validator<'_> {
             first_message: t.first_message.get_ref().0,
             request_body: t.request_body.0,
             request_body_idle: t.request_body_idle.0,
+            client_write: t.client_write.get_ref().0,
         })
     }
 

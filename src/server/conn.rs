@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use super::write_timeout::WriteTimeout;
 use crate::config::Config;
 use crate::error::{ProxyError, respond};
 use crate::limits::{self, ConnTicket, HeldBody, hold_body, hold_stream};
@@ -183,6 +184,8 @@ async fn serve<I>(
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let limit = gateway.snapshot().config.timeouts.client_write;
+    let io = WriteTimeout::new(io, limit, conn.client, gateway.metrics().client_write_timeouts());
     let result = match proto {
         Proto::Http1 => {
             h1::serve(&gateway, io, &first, conn, &ticket, protocols.idle, &stop).await;

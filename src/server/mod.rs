@@ -2,6 +2,7 @@
 //! gracefully.
 
 mod conn;
+mod write_timeout;
 
 use std::future::Future;
 use std::sync::Arc;

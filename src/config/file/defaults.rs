@@ -59,6 +59,8 @@ impl Default for TimeoutsSection {
             first_message: Spanned::new(0..0, secs(10)),
             request_body: OptionalDuration(Some(std::time::Duration::from_secs(300))),
             request_body_idle: OptionalDuration(Some(std::time::Duration::from_secs(30))),
+            // nginx's send_timeout: a client that takes no byte for a minute is not reading.
+            client_write: Spanned::new(0..0, secs(60)),
         }
     }
 }
