@@ -56,6 +56,7 @@ fn limits_have_defaults_that_bound_every_client() {
     assert_eq!(c.timeouts.websocket_idle, Some(Duration::from_secs(120)), "above djust's 30 s pings");
     assert_eq!(c.timeouts.request_body, Some(Duration::from_secs(300)));
     assert_eq!(c.timeouts.request_body_idle, Some(Duration::from_secs(30)));
+    assert_eq!(c.timeouts.client_write, Duration::from_secs(60));
     let text = format!(
         "[limits]\nmax_connections = 5000\nmax_connections_per_ip = 50\n[upstream]\nmax_connections_per_backend = 800\n[timeouts]\nrequest_body = \"off\"\n{MINIMAL}"
     );

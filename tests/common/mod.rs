@@ -598,6 +598,14 @@ pub async fn close_code(ws: &mut Ws) -> Option<u16> {
 /// that it never blocks on a full pipe. Returns the process, the proxy's address and the admin
 /// API's.
 pub async fn spawn_roomgate(config: &std::path::Path) -> (tokio::process::Child, String, String) {
+    let (child, addr, admin, _log) = spawn_roomgate_logged(config).await;
+    (child, addr, admin)
+}
+
+/// [`spawn_roomgate`], with the lines it logs after it listens, as they come.
+pub async fn spawn_roomgate_logged(
+    config: &std::path::Path,
+) -> (tokio::process::Child, String, String, tokio::sync::mpsc::UnboundedReceiver<String>) {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_roomgate"))
         .args(["run", "--workers", "1", "--config"])
@@ -624,8 +632,13 @@ pub async fn spawn_roomgate(config: &std::path::Path) -> (tokio::process::Child,
     })
     .await
     .expect("roomgate listens");
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, addr, admin)
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = tx.send(line);
+        }
+    });
+    (child, addr, admin, rx)
 }
 
 /// The median of some durations.

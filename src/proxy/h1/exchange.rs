@@ -163,20 +163,25 @@ impl Gateway {
         Ok((done.status, self.finish(&done, up, backend, record)))
     }
 
-    /// Notes how an exchange that reached the client ended, and gives its backend connection
-    /// back to the pool when it may serve again. What the client's connection does next.
+    /// Notes how an exchange that reached the client ended (its access line, written here, says
+    /// `complete` only if the whole response reached the client), and gives its backend
+    /// connection back to the pool when it may serve again. What the client's connection does
+    /// next.
     fn finish(&self, done: &Done, mut up: UpConn, backend: &Backend, record: &mut Option<Box<AccessRecord>>) -> Next {
-        if let Some(r) = record.as_mut() {
+        let whole = done.relayed == Relayed::Whole;
+        if let Some(mut r) = record.take() {
             r.status = done.status.as_u16();
             r.bytes_out = done.sent;
-            if let Relayed::BackendFailed(why) = done.relayed {
-                r.error = Some(why.to_owned());
+            match done.relayed {
+                Relayed::BackendFailed(why) => r.error = Some(why.to_owned()),
+                Relayed::ClientGone => r.error = Some("the client went away before the response's end".to_owned()),
+                Relayed::Whole => {}
             }
+            r.emit(whole);
         }
         if let Relayed::BackendFailed(why) = done.relayed {
             tracing::warn!(backend = %backend.id, why, "response body cut short; client connection closed");
         }
-        let whole = done.relayed == Relayed::Whole;
         if whole && done.body_sent && done.reusable {
             up.reused = false;
             self.upstream.idle.put(backend.addr, up);
@@ -454,7 +459,7 @@ pub(super) async fn write_error<I: AsyncRead + AsyncWrite + Unpin>(
     client.out.extend_from_slice(&body);
     let written = client.flush().await;
     if let Some(r) = log_error(err, record, parts.status, conn.client) {
-        r.emit(true);
+        r.emit(written.is_ok());
     }
     if close || written.is_err() { Next::Close } else { Next::KeepAlive }
 }

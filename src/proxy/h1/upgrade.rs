@@ -54,14 +54,15 @@ impl Gateway {
         let (mut route, mut backend) = (self.none.clone(), self.none.clone());
         let view = head.view();
         let prepared = self.prepare(&snap, &view, head.kind, conn, &mut record, &mut route, &mut backend).await;
-        let status = match prepared {
+        // `whole`: the answer (a 101, or the backend's refusal) reached the client whole.
+        let (status, whole) = match prepared {
             Ok(Prepared::Send { target, holds }) => {
                 let holds = Holds { conn: Some(ticket), ..holds };
                 match self.handshake(&snap, &head, &target, holds, client, conn).await {
-                    Ok(status) => status,
+                    Ok(answered) => answered,
                     Err((err, mut client)) => {
                         write_error(&mut client, &err, record.take(), conn, false).await;
-                        err.status()
+                        (err.status(), true)
                     }
                 }
             }
@@ -72,27 +73,27 @@ impl Gateway {
                         Ok(()) => {
                             let rest = Bytes::copy_from_slice(&client.buf);
                             accepted.start(Rewind::new(rest, client.io));
-                            StatusCode::SWITCHING_PROTOCOLS
+                            (StatusCode::SWITCHING_PROTOCOLS, true)
                         }
                         Err(e) => {
                             tracing::debug!(error = %e, "client left during its handshake");
-                            StatusCode::SWITCHING_PROTOCOLS
+                            (StatusCode::SWITCHING_PROTOCOLS, false)
                         }
                     },
                     Err(err) => {
                         write_error(&mut client, &err, record.take(), conn, false).await;
-                        err.status()
+                        (err.status(), true)
                     }
                 }
             }
             Err(err) => {
                 write_error(&mut client, &err, record.take(), conn, false).await;
-                err.status()
+                (err.status(), true)
             }
         };
         if let Some(mut r) = record {
             r.status = status.as_u16();
-            r.emit(true);
+            r.emit(whole);
         }
         self.metrics.request(&RequestLabels { route, status: status.as_u16(), backend });
     }
@@ -115,7 +116,8 @@ impl Gateway {
     }
 
     /// Sends the handshake and answers the client: a tunnel on a valid 101, the backend's refusal
-    /// as it came, or an error (with the client's side, to answer it).
+    /// as it came, or an error (with the client's side, to answer it). With the status, whether
+    /// the answer reached the client whole.
     #[allow(clippy::too_many_arguments)]
     async fn handshake<I>(
         self: &Arc<Self>,
@@ -125,7 +127,7 @@ impl Gateway {
         holds: Holds,
         mut client: Side<I>,
         conn: Conn,
-    ) -> Result<StatusCode, (ProxyError, Side<I>)>
+    ) -> Result<(StatusCode, bool), (ProxyError, Side<I>)>
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -166,14 +168,14 @@ impl Gateway {
         };
         let cookie = target.set_cookie.as_ref().map(|c| (&b"set-cookie"[..], c.as_bytes()));
         let Some(rsv) = rsv else {
-            relay_refusal(&mut up, &mut client, &resp, cookie, backend).await;
-            return Ok(resp.status);
+            let whole = relay_refusal(&mut up, &mut client, &resp, cookie, backend).await;
+            return Ok((resp.status, whole));
         };
         // The 101 as the backend sent it (its Upgrade and Connection included), with the cookie.
         write::relayed_head(&mut client.out, resp.status, resp.fields(), cookie.as_slice(), false, false);
         if let Err(e) = flush(&mut client.io, &mut client.out).await {
             tracing::debug!(error = %e, "client left during its handshake");
-            return Ok(resp.status);
+            return Ok((resp.status, false));
         }
         let spec = TunnelSpec { client: conn.client, room: target.room.clone(), backend: backend.clone(), holds };
         let held = hold(self, &spec).await;
@@ -189,26 +191,28 @@ impl Gateway {
             NavWatch::new(regex, spec.room.as_deref(), limit, self.metrics.djust_counter("navigated"))
         });
         tokio::spawn(Box::pin(run(client_io, backend_io, held, spec, opts, watch).instrument(span)));
-        Ok(resp.status)
+        Ok((resp.status, true))
     }
 }
 
-/// A backend's refusal of a handshake: relayed as it came, then the connection closes.
+/// A backend's refusal of a handshake: relayed as it came, then the connection closes. Whether
+/// it reached the client whole.
 async fn relay_refusal<I: AsyncRead + AsyncWrite + Unpin>(
     up: &mut UpConn,
     client: &mut Side<I>,
     resp: &ResponseHead,
     cookie: Option<(&[u8], &[u8])>,
     backend: &Backend,
-) {
+) -> bool {
     write::relayed_head(&mut client.out, resp.status, resp.end_to_end(), cookie.as_slice(), false, true);
     let mut sent = 0;
     let (rd, buf) = (&mut up.side.io, &mut up.side.buf);
     let relayed = relay_body(rd, buf, &mut client.io, &mut client.out, resp.framing, false, &mut sent).await;
     if relayed != Relayed::Whole {
-        tracing::debug!(backend = %backend.id, "handshake refusal cut short");
+        tracing::debug!(backend = %backend.id, ?relayed, "handshake refusal cut short");
     }
     let _ = client.io.shutdown().await;
+    relayed == Relayed::Whole
 }
 
 /// Opens a connection of its own to the backend, sends it the handshake's head `out` and reads
