@@ -207,6 +207,11 @@ pub fn parse_request(buf: &mut BytesMut, limit: usize) -> Result<Option<RequestH
     let target = offset(base, req.path.unwrap_or_default().as_bytes());
     let version = if req.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
     let fields = Fields::of(base, req.headers);
+    // RFC 9112 section 3.2: a target is visible ASCII, and a fragment is never sent. http's
+    // Uri takes raw UTF-8 and drops a fragment, so the backend would get other bytes.
+    if buf[target.0 as usize..target.1 as usize].iter().any(|&b| !b.is_ascii_graphic() || b == b'#') {
+        return Err(HeadError::Malformed("invalid request target"));
+    }
     let head = buf.split_to(len).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target.0 as usize..target.1 as usize))
         .map_err(|_| HeadError::Malformed("invalid request target"))?;

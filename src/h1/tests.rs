@@ -60,6 +60,18 @@ fn malformed_heads_are_refused() {
     }
 }
 
+/// A target is visible ASCII without a fragment (RFC 9112 section 3.2): http's Uri would take
+/// raw UTF-8 and drop a fragment, and the backend would get other bytes than were sent.
+#[test]
+fn targets_are_visible_ascii_without_a_fragment() {
+    for target in ["/a#b", "/#", "/caf\u{e9}", "/a?q=\u{3b4}", "http://h.example/x#y"] {
+        let text = format!("GET {target} HTTP/1.1\r\nhost: h.example\r\n\r\n");
+        let got = request(text.as_bytes());
+        assert!(matches!(got, Err(HeadError::Malformed("invalid request target"))), "{target:?}: {got:?}");
+    }
+    assert!(request(b"GET /a%23b?q=%CE%B4 HTTP/1.1\r\nhost: h\r\n\r\n").unwrap().is_some());
+}
+
 #[test]
 fn heads_keep_what_follows() {
     let mut buf = BytesMut::from(&b"POST /a?b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhiGET"[..]);
