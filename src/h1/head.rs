@@ -197,9 +197,6 @@ pub fn parse_request(buf: &mut BytesMut, limit: usize) -> Result<Option<RequestH
     let Some(len) = head_length(parsed, buf.len(), limit)? else {
         return Ok(None);
     };
-    if len > limit {
-        return Err(HeadError::TooLarge);
-    }
     super::lines::check(&buf[..len])?;
     let base = buf.as_ptr() as usize;
     let method = Method::from_bytes(req.method.unwrap_or_default().as_bytes())
@@ -275,9 +272,12 @@ pub fn parse_response(buf: &mut BytesMut, limit: usize, head_request: bool) -> R
     Ok(Some(ResponseHead { status, version, framing, keep_alive, raw, fields }))
 }
 
-/// The length of a head httparse has read: `None` while it is incomplete and under `limit`.
+/// The length of a head httparse has read: `None` while it is incomplete and under `limit`. A
+/// head longer than `limit` is too large whether it arrived whole or in pieces, so the answer
+/// never depends on how the peer's bytes were cut.
 fn head_length(parsed: httparse::Result<usize>, read: usize, limit: usize) -> Result<Option<usize>, HeadError> {
     match parsed {
+        Ok(httparse::Status::Complete(len)) if len > limit => Err(HeadError::TooLarge),
         Ok(httparse::Status::Complete(len)) => Ok(Some(len)),
         Ok(httparse::Status::Partial) if read >= limit => Err(HeadError::TooLarge),
         Ok(httparse::Status::Partial) => Ok(None),

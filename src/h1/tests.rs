@@ -96,6 +96,16 @@ fn responses_without_bodies() {
     assert!(!http10.unwrap().unwrap().keep_alive);
 }
 
+/// A response head over the limit is too large when it arrives whole too, as it is when read in
+/// pieces (found by the response_head fuzz target: fuzz/seeds/response_head/crash-over-limit-whole).
+#[test]
+fn response_heads_over_the_limit_whole() {
+    let head = &b"HTTP/1.1 204 No Content\r\nContent-Length: 10\r\n\r\n"[..];
+    assert!(matches!(parse_response(&mut BytesMut::from(head), 36, false), Err(HeadError::TooLarge)));
+    assert!(matches!(parse_response(&mut BytesMut::from(&head[..36]), 36, false), Err(HeadError::TooLarge)));
+    assert!(parse_response(&mut BytesMut::from(head), head.len(), false).unwrap().is_some());
+}
+
 /// Decodes `input` fed in pieces of `step` bytes; the data, and what followed the body.
 fn decode_in_pieces(input: &[u8], step: usize) -> Result<(Vec<u8>, usize), ChunkError> {
     let mut d = ChunkedDecoder::default();
