@@ -10,7 +10,9 @@ use std::time::Duration;
 use anyhow::Context;
 
 /// jemalloc instead of glibc's malloc: freed pages go back to the system on a timer, so memory
-/// returns after a burst of sockets closes (glibc keeps its arenas fragmented).
+/// returns after a burst of sockets closes (glibc keeps its arenas fragmented). A default feature,
+/// so that what links only the library (the fuzz targets) builds no C allocator.
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
