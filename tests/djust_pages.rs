@@ -193,6 +193,7 @@ async fn bytes_waiting_in_first_messages_are_capped_in_all() {
     next(&mut first).await;
     let (_s, head) = handshake(proxy.addr, "/ws/live/", &[DJUST]).await;
     assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("\r\nretry-after: 1\r\n"), "{head}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

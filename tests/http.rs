@@ -91,7 +91,7 @@ async fn oversized_head_gets_431_with_a_reason() {
     let (status, _, body) = get(&client, &proxy.url("/lobby"), &[("x-big", &big)]).await;
     assert_eq!(status, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
     assert!(body.contains("over the limit of 65536"), "{body}");
-    // Far over the limit, hyper's parser cuts it: still 431.
+    // Far over the limit, the codec stops reading at the limit: still 431.
     let mut s = TcpStream::connect(proxy.addr).await.unwrap();
     let huge = format!("GET / HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n", "v".repeat(300 * 1024));
     let _ = s.write_all(huge.as_bytes()).await;
