@@ -7,6 +7,7 @@
 mod body;
 mod exchange;
 mod forward;
+mod leg;
 pub mod pool;
 pub mod rewind;
 mod upgrade;

@@ -16,8 +16,9 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::Instrument;
 
 use super::body::{Relayed, Side, flush, read_more, relay_body};
-use super::exchange::{connect_to, write_error};
+use super::exchange::write_error;
 use super::forward;
+use super::leg::connect_to;
 use super::pool::UpConn;
 use super::rewind::Rewind;
 use crate::backends::Backend;
