@@ -113,6 +113,21 @@ async fn a_handshake_that_could_read_two_ways_never_reaches_a_backend() {
     let http10 = b"GET /ws/live/?room=7 HTTP/1.0\r\nHost: rooms.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==";
     assert_eq!(status_of(&proxy, http10).await, 400);
+    // A key that is not 16 bytes in base64 (RFC 6455 section 4.1): a backend would refuse it, and
+    // that refusal must not count against it.
+    for key in [
+        "dGhlIHNhbXBsZSBub25jZQ",
+        "dGhlIHNhbXBsZSBub25jZQ==x",
+        "dGhlIHNhbXBsZSBub25jZR==",
+        "",
+        "not base64 at all!!!!!==",
+    ] {
+        let head = format!(
+            "GET /ws/live/?room=7 HTTP/1.1\r\nHost: rooms.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}"
+        );
+        assert_eq!(status_of(&proxy, head.as_bytes()).await, 400, "key {key:?}");
+    }
     assert_eq!(reached(&backends), 0, "no backend saw any of them");
     let status = admin_get(&proxy, "/admin/status").await;
     let down = status["backends"].as_array().unwrap().iter().filter(|b| b["state"] != "active").count();
