@@ -213,7 +213,11 @@ async fn http2_reads_the_same_rules() {
     };
     assert_eq!(status("/room/1/", "x-room", b"1\xff").await, 400);
     assert_eq!(status("/room/1/", "sec-websocket-key", b"\xff").await, 400);
+    // :authority (rooms.test) and Host disagree, on a route that reads no host: 400, as the
+    // absolute-form target and Host of HTTP/1.1 do.
+    assert_eq!(status("/x", "host", b"other.example").await, 400);
     assert_eq!(reached(&backends), 0);
+    assert_eq!(status("/x", "host", b"rooms.test").await, 200);
     assert_eq!(status("/room/1/", "x-other", b"caf\xc3\xa9").await, 200);
 }
 
