@@ -683,3 +683,47 @@ async fn a_frame_sent_with_the_handshake_reaches_the_backend() {
     assert!(got.starts_with(b"HTTP/1.1 101"), "{:?}", String::from_utf8_lossy(&got));
     proxy.shutdown().await;
 }
+
+/// `timeouts.request_head` bounds a whole head, not each read: a client that trickles a head a
+/// line at a time, forever, is closed once it has run out, and so is a keep-alive connection that
+/// sends nothing after its first request. Neither reaches the backend with a partial head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_trickled_forever_and_an_idle_keep_alive_are_closed_at_the_head_timeout() {
+    let backend = RawBackend::echo().await;
+    let proxy = proxy_for(&backend, "[timeouts]\nrequest_head = \"500ms\"\n").await;
+
+    // A line every 50 ms: each read is prompt, the head never ends.
+    let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+    s.write_all(b"GET /trickled HTTP/1.1\r\nHost: rooms.test\r\n").await.unwrap();
+    let started = tokio::time::Instant::now();
+    let mut lines = 0;
+    let closed = loop {
+        assert!(started.elapsed() < LIMIT, "still open after {lines} lines over {:?}", started.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if s.write_all(format!("X-Line-{lines}: a\r\n").as_bytes()).await.is_err() {
+            break true;
+        }
+        lines += 1;
+        // A closed connection shows as a read of 0 (or a reset) once roomgate has let go.
+        let mut byte = [0u8; 1];
+        if let Ok(read) =
+            tokio::time::timeout(Duration::from_millis(1), tokio::io::AsyncReadExt::read(&mut s, &mut byte)).await
+        {
+            break matches!(read, Ok(0) | Err(_));
+        }
+    };
+    assert!(closed, "the connection answered something instead of closing");
+    let open_for = started.elapsed();
+    assert!(open_for >= Duration::from_millis(450), "closed after {open_for:?}, before the timeout");
+    assert!(!backend.received("/trickled"), "a partial head reached the backend");
+
+    // One request, then nothing: closed once the next head has not come in time.
+    let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+    s.write_all(b"GET /first HTTP/1.1\r\nHost: rooms.test\r\n\r\n").await.unwrap();
+    let out = read_responses(&mut s, 1, LIMIT).await;
+    assert_eq!(out.statuses(), [200], "{:?}", out.text());
+    let idle = tokio::time::Instant::now();
+    let rest = read_until_close(&mut s, LIMIT).await;
+    assert!(rest.closed && rest.bytes.is_empty(), "{:?}", rest.text());
+    assert!(idle.elapsed() >= Duration::from_millis(450), "closed after {:?}", idle.elapsed());
+}
