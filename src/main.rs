@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use sd_notify::NotifyState;
 
 /// jemalloc instead of glibc's malloc: freed pages go back to the system on a timer, so memory
 /// returns after a burst of sockets closes (glibc keeps its arenas fragmented). A default feature,
@@ -299,6 +300,8 @@ fn serve(config: Config, tls_state: Option<Arc<Tls>>, demo: bool) -> anyhow::Res
         }
         let server = Server::with_tls(config, tls_state);
         tokio::spawn(reload_on_sighup(server.control()));
+        // Every listener is bound and listening: a connection made now waits in its backlog.
+        notify(&[NotifyState::Ready, NotifyState::Status("serving")]);
         server.serve(Listeners { http, tls, admin }, shutdown_signal()).await
     })
 }
@@ -328,9 +331,18 @@ async fn reload_on_sighup(control: Arc<Control>) {
     };
     while hup.recv().await.is_some() {
         tracing::info!("SIGHUP received: reloading the config");
-        if let Err(e) = control.reload().await {
-            tracing::warn!(error = %e, "reload on SIGHUP failed");
-        }
+        notify(&[
+            NotifyState::Reloading,
+            NotifyState::monotonic_usec_now().unwrap_or(NotifyState::Status("reloading")),
+        ]);
+        let status = match control.reload().await {
+            Ok(_) => "serving",
+            Err(e) => {
+                tracing::warn!(error = %e, "reload on SIGHUP failed");
+                "serving; the last reload failed, the config before it stays in force"
+            }
+        };
+        notify(&[NotifyState::Ready, NotifyState::Status(status)]);
     }
 }
 
@@ -343,5 +355,15 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM received"),
         _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+    notify(&[NotifyState::Stopping, NotifyState::Status("draining connections")]);
+}
+
+/// Tells the service manager what roomgate is doing (systemd `Type=notify`: `READY=1` once the
+/// listeners are bound, `RELOADING=1` and `READY=1` around a SIGHUP reload, `STOPPING=1` on
+/// shutdown). Nothing when `NOTIFY_SOCKET` is not set; a failure is logged, never fatal.
+fn notify(states: &[NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!(error = %e, "cannot notify the service manager (NOTIFY_SOCKET)");
     }
 }

@@ -606,15 +606,33 @@ pub async fn spawn_roomgate(config: &std::path::Path) -> (tokio::process::Child,
 pub async fn spawn_roomgate_logged(
     config: &std::path::Path,
 ) -> (tokio::process::Child, String, String, tokio::sync::mpsc::UnboundedReceiver<String>) {
-    use tokio::io::{AsyncBufReadExt, BufReader};
+    spawn_roomgate_with_env(config, &[]).await
+}
+
+/// [`spawn_roomgate_logged`], with these variables added to its environment.
+pub async fn spawn_roomgate_with_env(
+    config: &std::path::Path,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> (tokio::process::Child, String, String, tokio::sync::mpsc::UnboundedReceiver<String>) {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_roomgate"))
         .args(["run", "--workers", "1", "--config"])
         .arg(config)
+        .envs(env.iter().copied())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (addr, admin, rx) = listening(child.stderr.take().unwrap()).await;
+    (child, addr, admin, rx)
+}
+
+/// Reads roomgate's log (at level info) from `log` until it says where it listens: the proxy's
+/// address and the admin API's, then the lines that follow, as they come.
+pub async fn listening(
+    log: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+) -> (String, String, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut lines = BufReader::new(log).lines();
     let (addr, admin) = tokio::time::timeout(LIMIT, async {
         let (mut addr, mut admin) = (None, None);
         while let Some(line) = lines.next_line().await.unwrap() {
@@ -638,7 +656,7 @@ pub async fn spawn_roomgate_logged(
             let _ = tx.send(line);
         }
     });
-    (child, addr, admin, rx)
+    (addr, admin, rx)
 }
 
 /// The median of some durations.
