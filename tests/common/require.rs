@@ -31,6 +31,12 @@ pub enum Tool {
     DjustVenv,
     /// `kubernetes-validate`, from `ROOMGATE_K8S_VALIDATOR` or `target/k8s-venv`.
     K8sValidator,
+    /// `podman` and `runc`, and root (the image suite: `tools/image` builds and runs with them).
+    Podman,
+    /// `mmdebstrap`, and root (a fresh Debian root for the image's base and the package suite).
+    Mmdebstrap,
+    /// `cargo deb` (cargo-deb, the package suite).
+    CargoDeb,
 }
 
 impl Tool {
@@ -46,6 +52,13 @@ impl Tool {
                     .then(|| format!("{} is missing: apt-get install chromium ({GET_ALL})", chromium.display()))
             }
             Tool::DjustVenv => djust_venv().as_ref().err().cloned(),
+            Tool::Podman => missing_tools(&["podman", "runc"], "podman runc"),
+            Tool::Mmdebstrap => missing_tools(&["mmdebstrap"], "mmdebstrap"),
+            Tool::CargoDeb => on_path("cargo-deb").is_none().then(|| {
+                format!(
+                    "cargo-deb is not installed: cargo install cargo-deb --locked --no-default-features ({GET_ALL})"
+                )
+            }),
             Tool::K8sValidator => k8s_validator().is_none().then(|| {
                 format!(
                     "kubernetes-validate is not installed: set ROOMGATE_K8S_VALIDATOR, or make target/k8s-venv \
@@ -77,6 +90,16 @@ pub fn require(tools: &[Tool]) -> bool {
 /// `CI` set to anything but empty, `0` or `false`.
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false"))
+}
+
+/// What is missing of `names` (on the PATH) and root, which they need here.
+fn missing_tools(names: &[&str], packages: &str) -> Option<String> {
+    let absent: Vec<&str> = names.iter().copied().filter(|n| on_path(n).is_none()).collect();
+    if !absent.is_empty() {
+        return Some(format!("{} not on the PATH: apt-get install {packages} ({GET_ALL})", absent.join(", ")));
+    }
+    let root = std::process::Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    (!root).then(|| format!("{} need root here", names.join(", ")))
 }
 
 fn on_path(name: &str) -> Option<PathBuf> {
