@@ -42,7 +42,8 @@ fn the_package_installs_into_a_fresh_debian_and_its_unit_verifies() {
     let dir = tempfile::tempdir().unwrap();
     let deb = package(dir.path());
     let info = run(Command::new("dpkg-deb").arg("--info").arg(&deb));
-    assert!(info.contains("Package: roomgate") && info.contains("Depends: "), "{info}");
+    assert!(info.contains("Package: roomgate") && info.contains("Depends: libc6"), "{info}");
+    assert!(info.lines().any(|l| l.starts_with(" Depends: ") && l.contains("procps")), "{info}");
     let root = dir.path().join("root");
     // A minimal bookworm with systemd (for systemd-analyze) and procps (the unit's /bin/kill),
     // then the package installed the way an operator installs it.
