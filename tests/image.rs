@@ -86,7 +86,7 @@ async fn the_image_serves_drains_and_stops_as_the_manifests_run_it() {
     serves_drains_and_stops(&image).await;
 }
 
-/// `tools/image build`: both stages from the Dockerfile, cargo and all (about 6 minutes on two
+/// `tools/image build`: both stages from the Dockerfile, cargo and all (about 4 minutes on two
 /// cores), then the same checks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the long one: the full two-stage build, minutes; tools/test --test image -- --ignored"]
